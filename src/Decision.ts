@@ -1,0 +1,85 @@
+/**
+ * How a delivery ended: the one decision line logged per delivery, as the spec names it.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Metric } from "effect"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
+
+/**
+ * What became of the task.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Outcome =
+  | "success"
+  | "failure"
+  | "poison"
+  | "retry"
+  | "publish_failed"
+  | "shutdown_requeued"
+  | "cancelled"
+  | "engine_error"
+
+/**
+ * What was done with the message: acked, concluded (terminal message confirmed, then acked), or
+ * given back to the queue (by this worker, or by the broker when the lease was lost).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Action = "ack" | "conclude" | "nack-requeue"
+
+/**
+ * One delivery's decision.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Decision {
+  readonly outcome: Outcome
+  readonly action: Action
+  readonly taskId?: string | undefined
+  readonly code?: string | undefined
+  readonly attempt?: number | undefined
+  readonly deliveryLimit?: number | undefined
+  /** The poison reason, or why a settlement failed. */
+  readonly reason?: string | undefined
+}
+
+/**
+ * The decision's log line, e.g. `Delivery settled: outcome=failure action=conclude
+ * code=NOT_ALLOWED attempt=1/5`.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const format = (d: Decision): string => {
+  let line = `Delivery settled: outcome=${d.outcome} action=${d.action}`
+  if (d.code !== undefined) line += ` code=${d.code}`
+  if (d.reason !== undefined) line += ` reason=${d.reason}`
+  if (d.attempt !== undefined) line += ` attempt=${d.attempt}/${d.deliveryLimit}`
+  return line
+}
+
+/**
+ * Logs the decision at INFO with its fields as annotations, and counts it.
+ *
+ * @since 0.1.0
+ * @category logging
+ */
+export const log = (d: Decision): Effect.Effect<void> => {
+  const annotations: Record<string, unknown> = { outcome: d.outcome, action: d.action }
+  if (d.taskId !== undefined) annotations.task_id = d.taskId
+  if (d.attempt !== undefined) {
+    annotations.attempt = d.attempt
+    annotations.delivery_limit = d.deliveryLimit
+  }
+  if (d.code !== undefined) annotations.code = d.code
+  if (d.reason !== undefined) annotations.reason = d.reason
+  return Effect.logInfo(format(d)).pipe(
+    Effect.annotateLogs(annotations),
+    Effect.zipRight(Metric.increment(WorkerMetrics.tasksTotal(d.outcome))),
+  )
+}

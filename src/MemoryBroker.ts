@@ -1,0 +1,257 @@
+/**
+ * An embedded broker that behaves like a quorum queue: named queues, consumers with prefetch,
+ * leases that expire and redeliver with the count incremented, renewal, fencing of stale
+ * settlements, and injectable publish failures. A real {@link Transport}, for tests, the demo
+ * and local trials.
+ *
+ * @since 0.1.0
+ */
+import type { Scope } from "effect"
+import {
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Schedule,
+  Stream,
+  SubscriptionRef,
+} from "effect"
+import { BrokerCore, type ConsumerCore, type Held } from "./internal/memoryBroker.ts"
+import { Settings } from "./Settings.ts"
+import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
+import { PublishError } from "./WorkerError.ts"
+
+/**
+ * A message as the broker stored it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StoredMessage {
+  readonly id: number
+  readonly body: Uint8Array
+  /** The AMQP `type` property the publisher set. */
+  readonly type: string | undefined
+}
+
+/**
+ * Options of a transport over the broker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TransportOptions {
+  readonly inQueue: string
+  readonly outQueue: string
+  readonly capacity: number
+  /** How long a lease lasts unless renewed. Default: no expiry. */
+  readonly leaseDuration?: Duration.DurationInput | undefined
+  /** Report only a `redelivered` flag, as a classic queue does. Default: counted. */
+  readonly classic?: boolean | undefined
+}
+
+/**
+ * The embedded broker.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")<MemoryBroker, {
+  /** Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count`. */
+  readonly publish: (
+    queue: string,
+    body: Uint8Array | string,
+    options?: { readonly type?: string; readonly deliveryCount?: number },
+  ) => Effect.Effect<StoredMessage, PublishError>
+  /** Makes the next matching publish fail, as an unconfirmed publish would. */
+  readonly failNextPublish: (
+    options?: { readonly queue?: string; readonly type?: string },
+  ) => Effect.Effect<void>
+  /** Every message published to the queue so far, consumed or not, oldest first. */
+  readonly published: (queue: string) => Effect.Effect<ReadonlyArray<StoredMessage>>
+  /** Messages waiting in the queue. */
+  readonly ready: (queue: string) => Effect.Effect<number>
+  /** Messages delivered and not yet settled. */
+  readonly unacked: (queue: string) => Effect.Effect<number>
+  /** Drops the queue's waiting messages and its published log. */
+  readonly purge: (queue: string) => Effect.Effect<number>
+  /** Takes one waiting message, as AMQP's basic.get does. */
+  readonly get: (
+    queue: string,
+    options?: { readonly leaseDuration?: Duration.DurationInput; readonly classic?: boolean },
+  ) => Effect.Effect<Option.Option<Delivery>>
+  /** A transport consuming `inQueue` and publishing to `outQueue`, closed with its scope. */
+  readonly transport: (
+    options: TransportOptions,
+  ) => Effect.Effect<Transport["Type"], never, Scope.Scope>
+}>() {}
+
+const encoder = new TextEncoder()
+
+const millis = (input: Duration.DurationInput | undefined): number | undefined =>
+  input === undefined ? undefined : Duration.toMillis(Duration.decode(input))
+
+const settle = (result: ReturnType<BrokerCore["ack"]>) =>
+  result === undefined ? Effect.void : Effect.fail(result)
+
+const toDelivery = (core: BrokerCore, h: Held, classic: boolean): Delivery => {
+  const count = h.message.deliveryCount
+  return {
+    body: h.message.body,
+    redeliveries: classic
+      ? Redeliveries.Flagged({ redelivered: count > 0 })
+      : Redeliveries.Counted({ count }),
+    lease: {
+      duration: h.leaseMillis === undefined
+        ? Option.none()
+        : Option.some(Duration.millis(h.leaseMillis)),
+      renew: h.leaseMillis === undefined
+        ? Option.none()
+        : Option.some(Effect.suspend(() => settle(core.renew(h)))),
+      lost: Deferred.await(h.lost),
+      isLost: Effect.sync(() => h.state === "lost"),
+    },
+    ack: Effect.suspend(() => settle(core.ack(h))),
+    requeue: Effect.suspend(() => settle(core.requeue(h))),
+  }
+}
+
+/**
+ * Options of the broker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface MemoryBrokerOptions {
+  /** How often expired leases are looked for. Default 100 ms. */
+  readonly reapInterval?: Duration.DurationInput | undefined
+  /** Keep a log of every published message for inspection. Default true. */
+  readonly retainPublished?: boolean | undefined
+}
+
+/**
+ * Makes a broker whose lease reaper lives as long as the scope.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: MemoryBrokerOptions = {},
+): Effect.Effect<MemoryBroker["Type"], never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const clock = yield* Effect.clock
+    const core = new BrokerCore(
+      () => clock.unsafeCurrentTimeMillis(),
+      options.retainPublished ?? true,
+    )
+    const armed: Array<
+      { readonly queue?: string | undefined; readonly type?: string | undefined }
+    > = []
+    yield* Effect.sync(() => core.expireDue()).pipe(
+      Effect.repeat(Schedule.spaced(options.reapInterval ?? Duration.millis(100))),
+      Effect.forkScoped,
+    )
+
+    const injected = (queue: string, type: string | undefined): boolean => {
+      const i = armed.findIndex((a) =>
+        (a.queue === undefined || a.queue === queue) && (a.type === undefined || a.type === type)
+      )
+      if (i < 0) return false
+      armed.splice(i, 1)
+      return true
+    }
+
+    const publish = (
+      queue: string,
+      body: Uint8Array,
+      type: string | undefined,
+      deliveryCount = 0,
+    ) =>
+      injected(queue, type)
+        ? Effect.fail(new PublishError({ reason: "injected", messageType: type ?? "unknown" }))
+        : Effect.sync(() => core.publish(queue, body, type, deliveryCount))
+
+    const transport = (o: TransportOptions) =>
+      Effect.gen(function* () {
+        const leaseMillis = millis(o.leaseDuration)
+        const classic = o.classic ?? false
+        const consumer: ConsumerCore = yield* Effect.acquireRelease(
+          Effect.sync(() => core.addConsumer(o.inQueue, o.capacity, leaseMillis)),
+          (c) => Effect.sync(() => core.close(c)),
+        )
+        const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
+        yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
+        return Transport.of({
+          deliveries: Stream.fromQueue(consumer.inbox).pipe(
+            Stream.map((h) => toDelivery(core, h, classic)),
+          ),
+          publish: (body, type) => publish(o.outQueue, body, type),
+          setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
+          stopIntake: Effect.sync(() => core.cancel(consumer)).pipe(
+            Effect.zipRight(consumer.inbox.shutdown),
+          ),
+          status,
+        })
+      })
+
+    return MemoryBroker.of({
+      publish: (queue, body, opts) =>
+        publish(
+          queue,
+          typeof body === "string" ? encoder.encode(body) : body,
+          opts?.type,
+          opts?.deliveryCount,
+        ),
+      failNextPublish: (opts) =>
+        Effect.sync(() => void armed.push({ queue: opts?.queue, type: opts?.type })),
+      published: (queue) => Effect.sync(() => core.queue(queue).log.slice()),
+      ready: (queue) => Effect.sync(() => core.readyCount(queue)),
+      unacked: (queue) => Effect.sync(() => core.unackedCount(queue)),
+      purge: (queue) => Effect.sync(() => core.purge(queue)),
+      get: (queue, opts) =>
+        Effect.sync(() => {
+          const h = core.get(queue, millis(opts?.leaseDuration))
+          return h === undefined
+            ? Option.none()
+            : Option.some(toDelivery(core, h, opts?.classic ?? false))
+        }),
+      transport,
+    })
+  })
+
+/**
+ * The broker as a layer.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options?: MemoryBrokerOptions): Layer.Layer<MemoryBroker> =>
+  Layer.scoped(MemoryBroker, make(options))
+
+/**
+ * A {@link Transport} over the broker, configured by the worker's settings: the queues, the
+ * concurrency as capacity, and the consumer timeout as the lease duration (renewed by the
+ * engine while a task runs).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerTransport = (
+  options?: { readonly classic?: boolean; readonly leaseDuration?: Duration.DurationInput },
+): Layer.Layer<Transport, never, MemoryBroker | Settings> =>
+  Layer.scoped(
+    Transport,
+    Effect.gen(function* () {
+      const broker = yield* MemoryBroker
+      const settings = yield* Settings
+      return yield* broker.transport({
+        inQueue: settings.inQueue,
+        outQueue: settings.outQueue,
+        capacity: settings.concurrency,
+        leaseDuration: options?.leaseDuration ?? settings.consumerTimeout,
+        classic: options?.classic,
+      })
+    }),
+  )

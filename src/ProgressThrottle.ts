@@ -1,0 +1,157 @@
+/**
+ * Progress reports the latest state, not an event stream: at most one message per interval per
+ * task, a newer update replaces a held one, the held one goes out when the interval ends unless
+ * the task concluded first, and a fraction never goes back.
+ *
+ * @since 0.1.0
+ */
+import type { Scope } from "effect"
+import { Clock, Context, Duration, Effect, Either, Fiber, Layer, Metric } from "effect"
+import { encodeMessageText } from "./Protocol.ts"
+import { Settings } from "./Settings.ts"
+import { Transport } from "./Transport.ts"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
+
+/**
+ * One task's progress channel.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TaskProgress {
+  /** Records the newest state; never fails and never waits for a publish. */
+  readonly report: (
+    fraction: number,
+    payload?: Readonly<Record<string, unknown>>,
+  ) => Effect.Effect<void>
+  /** The task concluded: drop what is held, and wait out a publish under way. */
+  readonly close: Effect.Effect<void>
+}
+
+/**
+ * Opens throttled progress channels.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class ProgressThrottle
+  extends Context.Tag("@async-task/worker/ProgressThrottle")<ProgressThrottle, {
+    readonly open: (taskId: string) => Effect.Effect<TaskProgress, never, Scope.Scope>
+  }>() {}
+
+const encoder = new TextEncoder()
+
+const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
+  Metric.increment(WorkerMetrics.progressDropped(reason))
+
+/**
+ * A throttle publishing through `publish` at most once per `interval` per task.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  interval: Duration.DurationInput,
+  publish: Transport["Type"]["publish"],
+): ProgressThrottle["Type"] => {
+  const intervalMillis = Duration.toMillis(Duration.decode(interval))
+  return ProgressThrottle.of({
+    open: (taskId) =>
+      Effect.gen(function* () {
+        const scope = yield* Effect.scope
+        let highest = -1
+        let held: Uint8Array | undefined
+        let lastSentAt = -Infinity
+        let closed = false
+        let sending = false
+        let sender: Fiber.RuntimeFiber<void> | undefined
+
+        const send = Effect.gen(function* () {
+          for (;;) {
+            const wait = lastSentAt + intervalMillis - (yield* Clock.currentTimeMillis)
+            if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
+            const body = held
+            if (body === undefined) {
+              sending = false
+              return
+            }
+            held = undefined
+            lastSentAt = yield* Clock.currentTimeMillis
+            yield* publish(body, "progress").pipe(
+              Effect.tap(() => Metric.increment(WorkerMetrics.messagesPublished("progress"))),
+              Effect.catchAll((error) =>
+                Effect.logWarning("A progress message was not published; the task goes on").pipe(
+                  Effect.annotateLogs({ task_id: taskId, reason: error.reason }),
+                  Effect.zipRight(drop("publish_failed")),
+                )
+              ),
+            )
+          }
+        })
+
+        const report: TaskProgress["report"] = (fraction, payload) =>
+          Effect.suspend(() => {
+            if (closed) return drop("concluded")
+            if (
+              typeof fraction !== "number" || !Number.isFinite(fraction) || fraction < 0 ||
+              fraction >= 1
+            ) {
+              return Effect.logWarning("A progress fraction outside [0, 1) was dropped").pipe(
+                Effect.annotateLogs({ task_id: taskId }),
+                Effect.zipRight(drop("invalid")),
+              )
+            }
+            if (fraction < highest) return drop("regressed")
+            const encoded = encodeMessageText({
+              type: "progress",
+              task_id: taskId,
+              progress: fraction,
+              payload,
+            })
+            if (Either.isLeft(encoded)) {
+              return Effect.logWarning(`A progress payload was dropped: ${encoded.left.message}`)
+                .pipe(
+                  Effect.annotateLogs({ task_id: taskId }),
+                  Effect.zipRight(drop("invalid")),
+                )
+            }
+            highest = fraction
+            const superseded = held !== undefined
+            held = encoder.encode(encoded.right)
+            if (sending) return superseded ? drop("superseded") : Effect.void
+            sending = true
+            const started = Effect.forkIn(send, scope).pipe(
+              Effect.tap((fiber) => Effect.sync(() => (sender = fiber))),
+            )
+            return started
+          })
+
+        const close = Effect.suspend(() => {
+          if (closed) return Effect.void
+          closed = true
+          const dropped = held !== undefined
+          held = undefined
+          const stop = sending && sender !== undefined ? Fiber.interrupt(sender) : Effect.void
+          return dropped ? Effect.zipRight(drop("concluded"), stop) : stop
+        }).pipe(Effect.asVoid)
+
+        yield* Effect.addFinalizer(() => close)
+        return { report, close }
+      }),
+  })
+}
+
+/**
+ * The throttle on the worker's transport, at `WORKER_PROGRESS_MIN_INTERVAL_S`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<ProgressThrottle, never, Settings | Transport> = Layer.effect(
+  ProgressThrottle,
+  Effect.gen(function* () {
+    const settings = yield* Settings
+    const transport = yield* Transport
+    return make(settings.progressMinInterval, transport.publish)
+  }),
+)

@@ -1,0 +1,364 @@
+/**
+ * The worker's settings: every variable of the spec, read with `Config` from the environment
+ * (or given in code), validated as a whole so that one message lists every problem, plus the
+ * lease time-budget check.
+ *
+ * @since 0.1.0
+ */
+import { hostname as osHostname } from "node:os"
+import {
+  Config,
+  type ConfigError,
+  Context,
+  Duration,
+  Effect,
+  Either,
+  Layer,
+  Option,
+  Redacted,
+} from "effect"
+import { SettingsError } from "./WorkerError.ts"
+
+/**
+ * Resolved settings: durations decoded once, every value checked.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerSettings {
+  /** `IN_QUEUE_NAME`, default `<name>_queue_in`. */
+  readonly inQueue: string
+  /** `OUT_QUEUE_NAME`, default `<name>_queue_out`. */
+  readonly outQueue: string
+  /** `WORKER_CONCURRENCY`, default the definition's, else 1: tasks run at once (and prefetch). */
+  readonly concurrency: number
+  /** `WORKER_DELIVERY_LIMIT`, default 5: the last attempt; later deliveries are abandoned. */
+  readonly deliveryLimit: number
+  /** `WORKER_RETRY_BACKOFF_BASE_S`, default 1 s. */
+  readonly retryBackoffBase: Duration.Duration
+  /** `WORKER_RETRY_BACKOFF_MAX_S`, default 60 s: also caps a `RetryableError`'s own delay. */
+  readonly retryBackoffMax: Duration.Duration
+  /** `WORKER_CONSUMER_TIMEOUT_S`, default 1800 s: the broker's bound on a lease. */
+  readonly consumerTimeout: Duration.Duration
+  /** `WORKER_SHUTDOWN_GRACE_S`, default 25 s: how long in-flight tasks may finish at shutdown. */
+  readonly shutdownGrace: Duration.Duration
+  /** `WORKER_SHUTDOWN_HOOKS_TIMEOUT_S`, default 5 s: all shutdown hooks together. */
+  readonly shutdownHooksTimeout: Duration.Duration
+  /** `WORKER_PROGRESS_MIN_INTERVAL_S`, default 1 s: at most one progress message per task per interval. */
+  readonly progressMinInterval: Duration.Duration
+  /** `WORKER_MAX_MESSAGE_BYTES`, default 16 MiB: larger messages are poison, unparsed. */
+  readonly maxMessageBytes: number
+  /** `WORKER_TASK_TIMEOUT_S`, default the definition's `timeout`. */
+  readonly taskTimeout: Duration.Duration
+  /** `HOSTNAME`, default the host's name: sent in `started`. */
+  readonly hostname: string
+  /** `HEALTH_CHECK_HOST`, default `0.0.0.0`. */
+  readonly healthCheckHost: string
+  /** `HEALTH_CHECK_PORT`, default 8083. */
+  readonly healthCheckPort: number
+  /** `BROKER_URL`: absent means no RabbitMQ configured. Redacted: it holds the password. */
+  readonly brokerUrl: Option.Option<Redacted.Redacted<string>>
+}
+
+/**
+ * The worker's settings service.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Settings
+  extends Context.Tag("@async-task/worker/Settings")<Settings, WorkerSettings>() {}
+
+/**
+ * Settings given in code; they win over the environment. Durations are `DurationInput`
+ * (a bare number is milliseconds, as everywhere in Effect).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SettingsOverrides {
+  readonly inQueue?: string
+  readonly outQueue?: string
+  readonly concurrency?: number
+  readonly deliveryLimit?: number
+  readonly retryBackoffBase?: Duration.DurationInput
+  readonly retryBackoffMax?: Duration.DurationInput
+  readonly consumerTimeout?: Duration.DurationInput
+  readonly shutdownGrace?: Duration.DurationInput
+  readonly shutdownHooksTimeout?: Duration.DurationInput
+  readonly progressMinInterval?: Duration.DurationInput
+  readonly maxMessageBytes?: number
+  readonly taskTimeout?: Duration.DurationInput
+  readonly hostname?: string
+  readonly healthCheckHost?: string
+  readonly healthCheckPort?: number
+  readonly brokerUrl?: string | Redacted.Redacted<string>
+}
+
+/**
+ * What a worker definition contributes to the defaults.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SettingsDefaults {
+  readonly name: string
+  readonly timeout: Duration.Duration
+  readonly concurrency?: number | undefined
+}
+
+/**
+ * The margin the lease time budget keeps between a task's worst case and the consumer timeout.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const LEASE_MARGIN = Duration.seconds(60)
+
+const MAX_INT32 = 2 ** 31 - 1
+
+type Raw<A> = Either.Either<A, string>
+
+const seconds = (key: string, description: string, fallback: number | undefined) => {
+  const base = Config.number(key).pipe(Config.withDescription(`${description} (seconds)`))
+  const read = fallback === undefined ? base : base.pipe(Config.withDefault(fallback))
+  return read.pipe(Config.map((s): Duration.DurationInput => Duration.seconds(s)))
+}
+
+const given = <A>(value: A | undefined, config: Config.Config<A>): Config.Config<A> =>
+  value === undefined ? config : Config.succeed(value)
+
+const decodeDuration = (name: string, input: Duration.DurationInput): Raw<Duration.Duration> => {
+  const decoded = Duration.decodeUnknown(input)
+  if (Option.isNone(decoded)) return Either.left(`${name} is not a duration`)
+  return Either.right(decoded.value)
+}
+
+const flattenConfigError = (error: ConfigError.ConfigError): Array<string> => {
+  switch (error._op) {
+    case "And":
+    case "Or":
+      return [...flattenConfigError(error.left), ...flattenConfigError(error.right)]
+    case "InvalidData":
+    case "MissingData":
+    case "SourceUnavailable":
+    case "Unsupported":
+      return [`${error.path.join(".")}: ${error.message}`]
+  }
+}
+
+/**
+ * Reads and validates the settings from the ambient `ConfigProvider` (the environment by
+ * default), with `overrides` winning over it. Fails with every problem at once.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  defaults: SettingsDefaults,
+  overrides: SettingsOverrides = {},
+): Effect.Effect<WorkerSettings, SettingsError> => {
+  const o = overrides
+  const raw = Config.all({
+    inQueue: given(
+      o.inQueue,
+      Config.string("IN_QUEUE_NAME").pipe(
+        Config.withDescription("the input queue"),
+        Config.withDefault(`${defaults.name}_queue_in`),
+      ),
+    ),
+    outQueue: given(
+      o.outQueue,
+      Config.string("OUT_QUEUE_NAME").pipe(
+        Config.withDescription("the output queue"),
+        Config.withDefault(`${defaults.name}_queue_out`),
+      ),
+    ),
+    concurrency: given(
+      o.concurrency,
+      Config.integer("WORKER_CONCURRENCY").pipe(
+        Config.withDescription("tasks run at once, and the prefetch"),
+        Config.withDefault(defaults.concurrency ?? 1),
+      ),
+    ),
+    deliveryLimit: given(
+      o.deliveryLimit,
+      Config.integer("WORKER_DELIVERY_LIMIT").pipe(
+        Config.withDescription("the last attempt of a task"),
+        Config.withDefault(5),
+      ),
+    ),
+    retryBackoffBase: given(
+      o.retryBackoffBase,
+      seconds("WORKER_RETRY_BACKOFF_BASE_S", "first retry backoff", 1),
+    ),
+    retryBackoffMax: given(
+      o.retryBackoffMax,
+      seconds("WORKER_RETRY_BACKOFF_MAX_S", "longest retry backoff", 60),
+    ),
+    consumerTimeout: given(
+      o.consumerTimeout,
+      seconds("WORKER_CONSUMER_TIMEOUT_S", "the broker's consumer timeout", 1800),
+    ),
+    shutdownGrace: given(
+      o.shutdownGrace,
+      seconds("WORKER_SHUTDOWN_GRACE_S", "time for in-flight tasks at shutdown", 25),
+    ),
+    shutdownHooksTimeout: given(
+      o.shutdownHooksTimeout,
+      seconds("WORKER_SHUTDOWN_HOOKS_TIMEOUT_S", "time for all shutdown hooks", 5),
+    ),
+    progressMinInterval: given(
+      o.progressMinInterval,
+      seconds(
+        "WORKER_PROGRESS_MIN_INTERVAL_S",
+        "least time between two progress messages of a task",
+        1,
+      ),
+    ),
+    maxMessageBytes: given(
+      o.maxMessageBytes,
+      Config.integer("WORKER_MAX_MESSAGE_BYTES").pipe(
+        Config.withDescription("the largest inbound message"),
+        Config.withDefault(16 * 1024 * 1024),
+      ),
+    ),
+    taskTimeout: given(
+      o.taskTimeout,
+      seconds("WORKER_TASK_TIMEOUT_S", "a task's time limit", Duration.toSeconds(defaults.timeout)),
+    ),
+    hostname: given(
+      o.hostname,
+      Config.string("HOSTNAME").pipe(
+        Config.withDescription("the name sent in started messages"),
+        Config.withDefault(osHostname()),
+      ),
+    ),
+    healthCheckHost: given(
+      o.healthCheckHost,
+      Config.string("HEALTH_CHECK_HOST").pipe(
+        Config.withDescription("the probe server's address"),
+        Config.withDefault("0.0.0.0"),
+      ),
+    ),
+    healthCheckPort: given(
+      o.healthCheckPort,
+      Config.integer("HEALTH_CHECK_PORT").pipe(
+        Config.withDescription("the probe server's port"),
+        Config.withDefault(8083),
+      ),
+    ),
+    brokerUrl: o.brokerUrl === undefined
+      ? Config.option(
+        Config.redacted("BROKER_URL").pipe(Config.withDescription("the RabbitMQ URL")),
+      )
+      : Config.succeed(
+        Option.some(Redacted.isRedacted(o.brokerUrl) ? o.brokerUrl : Redacted.make(o.brokerUrl)),
+      ),
+  })
+  return raw.pipe(
+    Effect.mapError((error) => new SettingsError({ problems: flattenConfigError(error) })),
+    Effect.flatMap((r) => {
+      const problems: Array<string> = []
+      const int = (name: string, value: number, min: number, max = MAX_INT32) => {
+        if (!Number.isInteger(value) || value < min || value > max) {
+          problems.push(`${name} must be an integer from ${min} to ${max}, got ${value}`)
+        }
+      }
+      const duration = (name: string, input: Duration.DurationInput, positive: boolean) => {
+        const d = decodeDuration(name, input)
+        if (Either.isLeft(d)) {
+          problems.push(d.left)
+          return Duration.zero
+        }
+        const ms = Duration.toMillis(d.right)
+        if (!Number.isFinite(ms) || ms < 0 || (positive && ms === 0)) {
+          problems.push(`${name} must be a finite duration${positive ? " above zero" : ""}`)
+        }
+        return d.right
+      }
+      const text = (name: string, value: string) => {
+        if (value.trim() === "") problems.push(`${name} must not be empty`)
+      }
+      text("inQueue (IN_QUEUE_NAME)", r.inQueue)
+      text("outQueue (OUT_QUEUE_NAME)", r.outQueue)
+      if (r.inQueue === r.outQueue) problems.push("the input and output queues must differ")
+      int("concurrency (WORKER_CONCURRENCY)", r.concurrency, 1)
+      int("deliveryLimit (WORKER_DELIVERY_LIMIT)", r.deliveryLimit, 1)
+      int("maxMessageBytes (WORKER_MAX_MESSAGE_BYTES)", r.maxMessageBytes, 1)
+      int("healthCheckPort (HEALTH_CHECK_PORT)", r.healthCheckPort, 0, 65535)
+      text("hostname (HOSTNAME)", r.hostname)
+      const settings: WorkerSettings = {
+        inQueue: r.inQueue,
+        outQueue: r.outQueue,
+        concurrency: r.concurrency,
+        deliveryLimit: r.deliveryLimit,
+        retryBackoffBase: duration(
+          "retryBackoffBase (WORKER_RETRY_BACKOFF_BASE_S)",
+          r.retryBackoffBase,
+          false,
+        ),
+        retryBackoffMax: duration(
+          "retryBackoffMax (WORKER_RETRY_BACKOFF_MAX_S)",
+          r.retryBackoffMax,
+          false,
+        ),
+        consumerTimeout: duration(
+          "consumerTimeout (WORKER_CONSUMER_TIMEOUT_S)",
+          r.consumerTimeout,
+          true,
+        ),
+        shutdownGrace: duration("shutdownGrace (WORKER_SHUTDOWN_GRACE_S)", r.shutdownGrace, false),
+        shutdownHooksTimeout: duration(
+          "shutdownHooksTimeout (WORKER_SHUTDOWN_HOOKS_TIMEOUT_S)",
+          r.shutdownHooksTimeout,
+          false,
+        ),
+        progressMinInterval: duration(
+          "progressMinInterval (WORKER_PROGRESS_MIN_INTERVAL_S)",
+          r.progressMinInterval,
+          false,
+        ),
+        maxMessageBytes: r.maxMessageBytes,
+        taskTimeout: duration("taskTimeout (WORKER_TASK_TIMEOUT_S)", r.taskTimeout, true),
+        hostname: r.hostname,
+        healthCheckHost: r.healthCheckHost,
+        healthCheckPort: r.healthCheckPort,
+        brokerUrl: r.brokerUrl,
+      }
+      if (Duration.greaterThan(settings.retryBackoffBase, settings.retryBackoffMax)) {
+        problems.push("retryBackoffBase must not exceed retryBackoffMax")
+      }
+      if (problems.length === 0) {
+        const worstCase = Duration.sum(
+          Duration.sum(settings.taskTimeout, settings.retryBackoffMax),
+          LEASE_MARGIN,
+        )
+        if (!Duration.lessThan(worstCase, settings.consumerTimeout)) {
+          problems.push(
+            `the task timeout (${Duration.format(settings.taskTimeout)}) + the longest backoff ` +
+              `(${
+                Duration.format(settings.retryBackoffMax)
+              }) + 60s must be less than the consumer ` +
+              `timeout (${Duration.format(settings.consumerTimeout)}), or the broker takes the ` +
+              "task back while it still runs",
+          )
+        }
+      }
+      return problems.length === 0
+        ? Effect.succeed(settings)
+        : Effect.fail(new SettingsError({ problems }))
+    }),
+  )
+}
+
+/**
+ * The settings of a worker, from the environment and `overrides`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  defaults: SettingsDefaults,
+  overrides?: SettingsOverrides,
+): Layer.Layer<Settings, SettingsError> => Layer.effect(Settings, make(defaults, overrides))

@@ -1,0 +1,113 @@
+/**
+ * What a handler knows about the task it runs, and how it reports progress.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Runtime } from "effect"
+
+/**
+ * A progress report: an Effect for Effect handlers (`yield* ctx.progress(0.5)`), and a
+ * thenable for `async` handlers (`await ctx.progress(0.5)`). Like every Effect it does nothing
+ * until it is run or awaited. It never fails: a rejected or failed report is dropped and
+ * counted.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Progress = Effect.Effect<void> & PromiseLike<void>
+
+/**
+ * The context a handler receives with its input.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TaskContext {
+  readonly taskId: string
+  /** 1 for the first delivery; the broker's delivery count plus one. */
+  readonly attempt: number
+  /** The last attempt: a `RetryableError` then concludes the task. */
+  readonly deliveryLimit: number
+  readonly clientId: string | undefined
+  readonly inputRefs: ReadonlyArray<string>
+  /**
+   * Fires when the task must stop: its time limit, a lost lease, or shutdown. Effect handlers
+   * are interrupted as well; `async` handlers should pass it on (to `fetch`, child processes).
+   */
+  readonly signal: AbortSignal
+  /**
+   * Reports the task's latest state: `fraction` in `[0, 1)`, never lower than before, and an
+   * optional JSON object. Throttled: at most one message per interval, the newest wins.
+   */
+  readonly progress: (fraction: number, payload?: Readonly<Record<string, unknown>>) => Progress
+}
+
+/**
+ * The fields of a context that do not depend on the engine.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TaskInfo {
+  readonly taskId: string
+  readonly attempt: number
+  readonly deliveryLimit: number
+  readonly clientId: string | undefined
+  readonly inputRefs: ReadonlyArray<string>
+}
+
+/**
+ * Makes `effect` awaitable as well, run on `runtime` when awaited.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const awaitable = <R>(
+  effect: Effect.Effect<void, never, R>,
+  runtime: Runtime.Runtime<R>,
+): Progress => {
+  const progress = Effect.suspend(() => effect) as unknown as Progress & {
+    then: PromiseLike<void>["then"]
+  }
+  progress.then = (onFulfilled, onRejected) =>
+    Runtime.runPromise(runtime, effect).then(onFulfilled, onRejected)
+  return progress
+}
+
+/**
+ * A context and the means to fire its signal. The `AbortController` is made only when a
+ * handler reads `signal`, as most Effect handlers never do.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  info: TaskInfo,
+  progress: TaskContext["progress"],
+): { readonly context: TaskContext; readonly abort: (reason: string) => void } => {
+  let controller: AbortController | undefined
+  let abortedWith: string | undefined
+  const context: TaskContext = {
+    taskId: info.taskId,
+    attempt: info.attempt,
+    deliveryLimit: info.deliveryLimit,
+    clientId: info.clientId,
+    inputRefs: info.inputRefs,
+    progress,
+    get signal() {
+      if (controller === undefined) {
+        controller = new AbortController()
+        if (abortedWith !== undefined) controller.abort(abortedWith)
+      }
+      return controller.signal
+    },
+  }
+  return {
+    context,
+    abort: (reason) => {
+      if (abortedWith !== undefined) return
+      abortedWith = reason
+      controller?.abort(reason)
+    },
+  }
+}

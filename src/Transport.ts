@@ -1,0 +1,93 @@
+/**
+ * The contract between the delivery engine and a broker. The engine sees only this: the
+ * MemoryBroker and RabbitMQ implement it, and nothing in the engine may assume either.
+ *
+ * @since 0.1.0
+ */
+import type { Duration, Effect, Option, Stream, SubscriptionRef } from "effect"
+import { Context, Data } from "effect"
+import type { MessageType } from "./Protocol.ts"
+import type { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
+
+/**
+ * What the broker says about earlier deliveries of a message: quorum queues count them
+ * (`x-delivery-count`), classic queues only flag a redelivery.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Redeliveries = Data.TaggedEnum<{
+  Counted: { readonly count: number }
+  Flagged: { readonly redelivered: boolean }
+}>
+
+/**
+ * Constructors and matchers for {@link Redeliveries}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export const Redeliveries = Data.taggedEnum<Redeliveries>()
+
+/**
+ * The worker's hold on a delivery, until it settles it or loses it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Lease {
+  /** How long one grant of the lease lasts, when the transport grants leases for a time. */
+  readonly duration: Option.Option<Duration.Duration>
+  /** Extends the lease by `duration`; fails `LeaseLost` when it is already gone. */
+  readonly renew: Option.Option<Effect.Effect<void, LeaseLost>>
+  /** Completes, with why, when the lease is lost. Never completes for a settled delivery. */
+  readonly lost: Effect.Effect<LeaseLost>
+  /** Whether the lease is lost now: checked before anything is published for the task. */
+  readonly isLost: Effect.Effect<boolean>
+}
+
+/**
+ * One message handed to the worker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Delivery {
+  readonly body: Uint8Array
+  readonly redeliveries: Redeliveries
+  readonly lease: Lease
+  /** Settles the delivery for good. */
+  readonly ack: Effect.Effect<void, LeaseLost | TransportError>
+  /** Gives the message back to the queue, counted as a redelivery. */
+  readonly requeue: Effect.Effect<void, LeaseLost | TransportError>
+}
+
+/**
+ * The connection as readiness sees it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ConnectionStatus = "connecting" | "connected" | "disconnected" | "closed"
+
+/**
+ * A broker connection as the engine uses it.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Transport extends Context.Tag("@async-task/worker/Transport")<Transport, {
+  /**
+   * The deliveries of the input queue. The transport never holds more unsettled deliveries
+   * than the capacity (the prefetch): that is the back-pressure.
+   */
+  readonly deliveries: Stream.Stream<Delivery, TransportError>
+  /** Publishes to the output queue; completes only once the broker has confirmed. */
+  readonly publish: (body: Uint8Array, type: MessageType) => Effect.Effect<void, PublishError>
+  /** Changes the capacity at run time, without touching deliveries in hand. */
+  readonly setCapacity: (capacity: number) => Effect.Effect<void>
+  /** Stops intake: no new deliveries; those in hand may still be settled. */
+  readonly stopIntake: Effect.Effect<void>
+  /** The connection's state, for readiness. */
+  readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
+}>() {}

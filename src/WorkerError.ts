@@ -1,0 +1,100 @@
+/**
+ * Every error the SDK defines, as tagged data. Handlers fail with (or, when `async`, throw)
+ * {@link FatalError} and {@link RetryableError}; the rest come from the SDK itself.
+ *
+ * @since 0.1.0
+ */
+import { Data, type Duration } from "effect"
+
+/**
+ * The task cannot succeed: conclude it now with this code and message.
+ *
+ * @since 0.1.0
+ * @category handler errors
+ */
+export class FatalError extends Data.TaggedError("FatalError")<{
+  readonly code: string
+  readonly message: string
+}> {}
+
+/**
+ * The task may succeed later: requeue it after a backoff, or conclude it with `code` (default
+ * `RETRY_EXHAUSTED`) at its last attempt. `delay` replaces the computed backoff (seconds or a
+ * Duration, capped at `WORKER_RETRY_BACKOFF_MAX_S`); `congestion` tells adaptive concurrency
+ * that the downstream is saturated.
+ *
+ * @since 0.1.0
+ * @category handler errors
+ */
+export class RetryableError extends Data.TaggedError("RetryableError")<{
+  readonly code?: string | undefined
+  readonly message?: string | undefined
+  readonly delay?: Duration.DurationInput | undefined
+  readonly congestion?: boolean | undefined
+}> {}
+
+/**
+ * A worker definition the SDK cannot run (no name, a bad timeout, a missing schema or
+ * handler).
+ *
+ * @since 0.1.0
+ * @category configuration errors
+ */
+export class WorkerDefinitionError extends Data.TaggedError("WorkerDefinitionError")<{
+  readonly message: string
+}> {}
+
+/**
+ * Settings that do not validate; `problems` lists every one, `message` joins them.
+ *
+ * @since 0.1.0
+ * @category configuration errors
+ */
+export class SettingsError extends Data.TaggedError("SettingsError")<{
+  readonly problems: ReadonlyArray<string>
+}> {
+  override get message(): string {
+    return `Invalid worker settings: ${this.problems.join("; ")}`
+  }
+}
+
+/**
+ * The delivery's lease is gone (expired, its channel closed, the consumer cancelled): the
+ * broker has requeued it, and this worker must neither settle it nor publish for it.
+ *
+ * @since 0.1.0
+ * @category transport errors
+ */
+export class LeaseLost extends Data.TaggedError("LeaseLost")<{
+  readonly reason: "expired" | "channel_closed" | "consumer_cancelled" | "stale"
+}> {
+  override get message(): string {
+    return `The delivery's lease was lost (${this.reason})`
+  }
+}
+
+/**
+ * A publish that the broker did not confirm.
+ *
+ * @since 0.1.0
+ * @category transport errors
+ */
+export class PublishError extends Data.TaggedError("PublishError")<{
+  readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected"
+  readonly messageType: string
+}> {
+  override get message(): string {
+    return `Publishing a ${this.messageType} message failed (${this.reason})`
+  }
+}
+
+/**
+ * A transport failure outside one delivery (connect, declare, consume).
+ *
+ * @since 0.1.0
+ * @category transport errors
+ */
+export class TransportError extends Data.TaggedError("TransportError")<{
+  readonly reason: "connect" | "declare" | "consume" | "settle" | "closed"
+  readonly message: string
+}> {}

@@ -1,0 +1,140 @@
+/**
+ * Every metric the SDK records, declared once. Effect `Metric`s, so that a handler's own
+ * metrics and the SDK's share one registry.
+ *
+ * @since 0.1.0
+ */
+import { Metric, MetricBoundaries } from "effect"
+
+const tagged = (metric: Metric.Metric.Counter<number>, key: string) => {
+  const cache = new Map<string, Metric.Metric.Counter<number>>()
+  return (value: string): Metric.Metric.Counter<number> => {
+    let m = cache.get(value)
+    if (m === undefined) {
+      m = Metric.tagged(metric, key, value)
+      cache.set(value, m)
+    }
+    return m
+  }
+}
+
+/**
+ * Settled deliveries by outcome (`success`, `failure`, `retry`, `poison`, …).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const tasksTotal = tagged(
+  Metric.counter("worker_tasks_total", { description: "Deliveries settled, by outcome" }),
+  "status",
+)
+
+/**
+ * Handler run time.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const taskDuration = Metric.histogram(
+  "worker_task_duration_seconds",
+  MetricBoundaries.exponential({ start: 0.005, factor: 2, count: 16 }),
+  "Time from a task's start to its conclusion",
+)
+
+/**
+ * Messages the broker confirmed, by type.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const messagesPublished = tagged(
+  Metric.counter("worker_messages_published_total", {
+    description: "Messages published and confirmed",
+  }),
+  "message_type",
+)
+
+/**
+ * Failures concluded, by code.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const taskFailures = tagged(
+  Metric.counter("worker_task_failures_total", { description: "Failures concluded, by code" }),
+  "code",
+)
+
+/**
+ * Deliveries requeued for a retry.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const taskRetries = Metric.counter("worker_task_retries_total", {
+  description: "Deliveries requeued for a retry",
+})
+
+/**
+ * Poison messages, by reason.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const poisonMessages = tagged(
+  Metric.counter("worker_poison_messages_total", { description: "Poison messages, by reason" }),
+  "reason",
+)
+
+/**
+ * Publishes that the broker did not confirm, by type.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const publishFailures = tagged(
+  Metric.counter("worker_publish_failures_total", { description: "Publishes not confirmed" }),
+  "message_type",
+)
+
+/**
+ * Acks or requeues that failed (the lease was gone).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const ackFailures = Metric.counter("worker_ack_failures_total", {
+  description: "Settlements refused by the broker",
+})
+
+/**
+ * Deliveries in hand.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const tasksInFlight = Metric.gauge("worker_tasks_in_flight", {
+  description: "Deliveries in hand",
+})
+
+/**
+ * Tasks requeued by a shutdown.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const shutdownRequeued = Metric.counter("worker_shutdown_requeued_total", {
+  description: "Tasks requeued by a shutdown",
+})
+
+/**
+ * Progress updates not sent, by reason (`invalid`, `regressed`, `superseded`, `concluded`,
+ * `publish_failed`).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const progressDropped = tagged(
+  Metric.counter("worker_progress_dropped_total", { description: "Progress updates not sent" }),
+  "reason",
+)

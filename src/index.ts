@@ -1,0 +1,38 @@
+/**
+ * @since 0.1.0
+ */
+
+/** @since 0.1.0 */
+export * as Decision from "./Decision.ts"
+/** @since 0.1.0 */
+export * as DeliveryEngine from "./DeliveryEngine.ts"
+/** @since 0.1.0 */
+export * as Drain from "./Drain.ts"
+/** @since 0.1.0 */
+export * as LeaseRenewal from "./LeaseRenewal.ts"
+/** @since 0.1.0 */
+export * as MemoryBroker from "./MemoryBroker.ts"
+/** @since 0.1.0 */
+export * as ProgressThrottle from "./ProgressThrottle.ts"
+/** @since 0.1.0 */
+export * as Protocol from "./Protocol.ts"
+/** @since 0.1.0 */
+export * as Settings from "./Settings.ts"
+/** @since 0.1.0 */
+export * as TaskContext from "./TaskContext.ts"
+/** @since 0.1.0 */
+export * as Transport from "./Transport.ts"
+/** @since 0.1.0 */
+export * as Worker from "./Worker.ts"
+/** @since 0.1.0 */
+export * as WorkerMetrics from "./WorkerMetrics.ts"
+/** @since 0.1.0 */
+export {
+  FatalError,
+  LeaseLost,
+  PublishError,
+  RetryableError,
+  SettingsError,
+  TransportError,
+  WorkerDefinitionError,
+} from "./WorkerError.ts"

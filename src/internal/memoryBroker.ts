@@ -1,0 +1,251 @@
+/**
+ * The MemoryBroker's state machine: queues, consumers with prefetch, leases with deadlines and
+ * fencing. Synchronous and single-threaded by construction; `MemoryBroker.ts` wraps it in
+ * Effect services.
+ */
+import { Deferred, Effect, FiberId, Queue } from "effect"
+import { LeaseLost } from "../WorkerError.ts"
+
+export interface StoredMessage {
+  readonly id: number
+  readonly queue: QueueCore
+  readonly body: Uint8Array
+  readonly type: string | undefined
+  deliveryCount: number
+}
+
+export type LeaseState = "held" | "settled" | "lost"
+
+export interface Held {
+  readonly message: StoredMessage
+  readonly consumer: ConsumerCore | undefined
+  readonly leaseMillis: number | undefined
+  deadline: number
+  state: LeaseState
+  readonly lost: Deferred.Deferred<LeaseLost>
+}
+
+export interface QueueCore {
+  readonly name: string
+  readonly ready: Array<StoredMessage>
+  head: number
+  readonly log: Array<StoredMessage>
+  readonly consumers: Array<ConsumerCore>
+  next: number
+}
+
+export interface ConsumerCore {
+  readonly queue: QueueCore
+  prefetch: number
+  active: boolean
+  readonly leaseMillis: number | undefined
+  readonly held: Set<Held>
+  readonly inbox: Queue.Queue<Held>
+}
+
+export class BrokerCore {
+  private readonly queues = new Map<string, QueueCore>()
+  private readonly leased = new Set<Held>()
+  private nextId = 1
+
+  constructor(readonly now: () => number, private readonly retainLog: boolean) {}
+
+  queue(name: string): QueueCore {
+    let q = this.queues.get(name)
+    if (q === undefined) {
+      q = { name, ready: [], head: 0, log: [], consumers: [], next: 0 }
+      this.queues.set(name, q)
+    }
+    return q
+  }
+
+  publish(
+    name: string,
+    body: Uint8Array,
+    type: string | undefined,
+    deliveryCount: number,
+  ): StoredMessage {
+    const q = this.queue(name)
+    const message: StoredMessage = { id: this.nextId++, queue: q, body, type, deliveryCount }
+    if (this.retainLog) q.log.push(message)
+    q.ready.push(message)
+    this.dispatch(q)
+    return message
+  }
+
+  /** Drops the queue's ready messages and its log. */
+  purge(name: string): number {
+    const q = this.queue(name)
+    const dropped = q.ready.length - q.head
+    q.ready.length = 0
+    q.head = 0
+    q.log.length = 0
+    return dropped
+  }
+
+  readyCount(name: string): number {
+    const q = this.queue(name)
+    return q.ready.length - q.head
+  }
+
+  unackedCount(name: string): number {
+    let n = 0
+    for (const h of this.leased) if (h.message.queue.name === name) n++
+    return n
+  }
+
+  /** Takes the next ready message, as AMQP's basic.get does. */
+  get(name: string, leaseMillis: number | undefined): Held | undefined {
+    const q = this.queue(name)
+    const message = this.shift(q)
+    return message === undefined ? undefined : this.lease(message, undefined, leaseMillis)
+  }
+
+  addConsumer(name: string, prefetch: number, leaseMillis: number | undefined): ConsumerCore {
+    const q = this.queue(name)
+    const consumer: ConsumerCore = {
+      queue: q,
+      prefetch,
+      active: true,
+      leaseMillis,
+      held: new Set(),
+      inbox: Effect.runSync(Queue.unbounded<Held>()),
+    }
+    q.consumers.push(consumer)
+    this.dispatch(q)
+    return consumer
+  }
+
+  setPrefetch(consumer: ConsumerCore, prefetch: number): void {
+    consumer.prefetch = prefetch
+    this.dispatch(consumer.queue)
+  }
+
+  /** Stops dispatching to the consumer; what it had not yet taken goes back to the queue. */
+  cancel(consumer: ConsumerCore): Array<Held> {
+    if (!consumer.active) return []
+    consumer.active = false
+    const q = consumer.queue
+    q.consumers.splice(q.consumers.indexOf(consumer), 1)
+    const untaken = Array.from(Effect.runSync(Queue.takeAll(consumer.inbox)))
+    for (const h of untaken) {
+      // Never seen by the application: back to the queue without counting a redelivery.
+      this.release(h, "settled")
+      this.requeueFront(q, h.message)
+    }
+    this.dispatch(q)
+    return untaken
+  }
+
+  /** The consumer's channel closes: every lease it holds is lost and its messages requeued. */
+  close(consumer: ConsumerCore): void {
+    this.cancel(consumer)
+    for (const h of [...consumer.held]) this.lose(h, "channel_closed")
+  }
+
+  ack(h: Held): LeaseLost | undefined {
+    if (h.state !== "held") return new LeaseLost({ reason: "stale" })
+    this.release(h, "settled")
+    this.dispatch(h.message.queue)
+    return undefined
+  }
+
+  requeue(h: Held): LeaseLost | undefined {
+    if (h.state !== "held") return new LeaseLost({ reason: "stale" })
+    this.release(h, "settled")
+    h.message.deliveryCount++
+    h.message.queue.ready.push(h.message)
+    this.dispatch(h.message.queue)
+    return undefined
+  }
+
+  renew(h: Held): LeaseLost | undefined {
+    if (h.state !== "held") return new LeaseLost({ reason: "expired" })
+    if (h.leaseMillis !== undefined) h.deadline = this.now() + h.leaseMillis
+    return undefined
+  }
+
+  /** Expires every lease past its deadline. */
+  expireDue(): number {
+    const now = this.now()
+    let expired = 0
+    for (const h of this.leased) {
+      if (h.deadline <= now) {
+        this.lose(h, "expired")
+        expired++
+      }
+    }
+    return expired
+  }
+
+  private lose(h: Held, reason: LeaseLost["reason"]): void {
+    if (h.state !== "held") return
+    this.release(h, "lost")
+    Deferred.unsafeDone(h.lost, Effect.succeed(new LeaseLost({ reason })))
+    h.message.deliveryCount++
+    this.requeueFront(h.message.queue, h.message)
+    this.dispatch(h.message.queue)
+  }
+
+  private release(h: Held, state: LeaseState): void {
+    h.state = state
+    this.leased.delete(h)
+    h.consumer?.held.delete(h)
+  }
+
+  private requeueFront(q: QueueCore, message: StoredMessage): void {
+    if (q.head > 0) {
+      q.ready[--q.head] = message
+    } else {
+      q.ready.unshift(message)
+    }
+  }
+
+  private shift(q: QueueCore): StoredMessage | undefined {
+    if (q.head >= q.ready.length) return undefined
+    const message = q.ready[q.head]!
+    q.head++
+    if (q.head > 1024 && q.head * 2 > q.ready.length) {
+      q.ready.splice(0, q.head)
+      q.head = 0
+    }
+    return message
+  }
+
+  private lease(
+    message: StoredMessage,
+    consumer: ConsumerCore | undefined,
+    leaseMillis: number | undefined,
+  ): Held {
+    const h: Held = {
+      message,
+      consumer,
+      leaseMillis,
+      deadline: leaseMillis === undefined ? Infinity : this.now() + leaseMillis,
+      state: "held",
+      lost: Deferred.unsafeMake<LeaseLost>(FiberId.none),
+    }
+    this.leased.add(h)
+    consumer?.held.add(h)
+    return h
+  }
+
+  private dispatch(q: QueueCore): void {
+    const n = q.consumers.length
+    if (n === 0) return
+    while (q.head < q.ready.length) {
+      let chosen: ConsumerCore | undefined
+      for (let i = 0; i < n; i++) {
+        const c = q.consumers[(q.next + i) % n]!
+        if (c.active && c.held.size < c.prefetch) {
+          chosen = c
+          q.next = (q.next + i + 1) % n
+          break
+        }
+      }
+      if (chosen === undefined) return
+      const h = this.lease(this.shift(q)!, chosen, chosen.leaseMillis)
+      Queue.unsafeOffer(chosen.inbox, h)
+    }
+  }
+}

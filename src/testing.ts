@@ -1,0 +1,323 @@
+/**
+ * Test a worker through the real engine on the embedded MemoryBroker: no broker, no Docker.
+ * `WorkerHarness.make` for Effect tests (a scoped resource), `WorkerHarness.start` for plain
+ * `async` tests on Deno and Node, and `makeTaskContext` to call a handler directly.
+ *
+ * @since 0.1.0
+ */
+import { Clock, Duration, Effect, Exit, Layer, Option, Runtime, Scope } from "effect"
+import * as DeliveryEngine from "./DeliveryEngine.ts"
+import * as MemoryBroker from "./MemoryBroker.ts"
+import type { MessageType, WireMessage } from "./Protocol.ts"
+import * as Settings from "./Settings.ts"
+import * as TaskContext from "./TaskContext.ts"
+import { Transport } from "./Transport.ts"
+import type { Worker } from "./Worker.ts"
+import { layerServices } from "./Worker.ts"
+import type { SettingsError } from "./WorkerError.ts"
+
+/**
+ * One delivery's run, as the platform and the broker saw it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TaskRun {
+  /** The task id, when the message had one. */
+  readonly taskId: string | undefined
+  /** The messages published for the task, decoded. */
+  readonly messages: ReadonlyArray<WireMessage>
+  /** The same messages, as the bytes on the wire. */
+  readonly raw: ReadonlyArray<Uint8Array>
+  readonly messageTypes: ReadonlyArray<MessageType>
+  /** What became of the inbound message: acked, requeued, or neither (a lost lease). */
+  readonly outcome: "ACKED" | "NACKED_REQUEUE" | "NONE"
+  /** The `success` response, if any. */
+  readonly response: Record<string, unknown> | undefined
+  /** The `failure` error, if any. */
+  readonly error: { readonly code: string; readonly message: string } | undefined
+  /** Throws unless the task concluded with `success`. */
+  readonly assertSucceeded: () => void
+  /** Throws unless the task concluded with `failure` (with `code`, when given). */
+  readonly assertFailed: (expected?: { readonly code?: string }) => void
+}
+
+/**
+ * Options of a harness.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface HarnessOptions {
+  /** Settings given in code. The retry backoff defaults to a millisecond here; the rest to production defaults. */
+  readonly settingsOverrides?: Settings.SettingsOverrides
+  /**
+   * `"live"` (default) runs the engine on the real clock, so that retries and timeouts need no
+   * `TestClock.adjust`; `"ambient"` uses the caller's clock (a `TestClock` in `it.effect`).
+   */
+  readonly clock?: "live" | "ambient"
+}
+
+/**
+ * Options of one submission.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SubmitOptions {
+  readonly taskId?: string
+  readonly clientId?: string
+  readonly inputRefs?: ReadonlyArray<string>
+  /** Earlier deliveries (`x-delivery-count`): 2 makes this the third attempt. */
+  readonly deliveryCount?: number
+}
+
+/**
+ * A harness for Effect tests.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerHarness {
+  readonly submit: (body: unknown, options?: SubmitOptions) => Effect.Effect<TaskRun>
+  readonly submitRaw: (
+    bytes: Uint8Array | string,
+    options?: { readonly deliveryCount?: number },
+  ) => Effect.Effect<TaskRun>
+  /** Makes the next publish (of `type`, when given) fail, as an unconfirmed publish would. */
+  readonly failNextPublish: (type?: MessageType) => Effect.Effect<void>
+  readonly settings: Settings.WorkerSettings
+  readonly broker: MemoryBroker.MemoryBroker["Type"]
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+class HarnessAssertionError extends Error {
+  override readonly name = "HarnessAssertionError"
+}
+
+const describeRun = (run: Pick<TaskRun, "messageTypes" | "outcome" | "error">): string =>
+  `messages [${run.messageTypes.join(", ")}], outcome ${run.outcome}` +
+  (run.error === undefined ? "" : `, error ${run.error.code}: ${run.error.message}`)
+
+const toRun = (
+  taskId: string | undefined,
+  raw: ReadonlyArray<Uint8Array>,
+  outcome: TaskRun["outcome"],
+): TaskRun => {
+  const messages = raw.map((bytes) => JSON.parse(decoder.decode(bytes)) as WireMessage)
+  const terminal = messages.findLast((m) =>
+    m.data.message_type === "success" || m.data.message_type === "failure"
+  )
+  const run = {
+    taskId,
+    messages,
+    raw,
+    messageTypes: messages.map((m) => m.data.message_type),
+    outcome,
+    response: terminal?.data.message_type === "success" ? terminal.data.response : undefined,
+    error: terminal?.data.message_type === "failure" ? terminal.data.error_message : undefined,
+  }
+  return {
+    ...run,
+    assertSucceeded: () => {
+      if (terminal?.data.message_type !== "success" || outcome !== "ACKED") {
+        throw new HarnessAssertionError(`Expected the task to succeed; got ${describeRun(run)}`)
+      }
+    },
+    assertFailed: (expected) => {
+      if (terminal?.data.message_type !== "failure" || outcome !== "ACKED") {
+        throw new HarnessAssertionError(`Expected the task to fail; got ${describeRun(run)}`)
+      }
+      if (expected?.code !== undefined && run.error?.code !== expected.code) {
+        throw new HarnessAssertionError(
+          `Expected failure code ${expected.code}; got ${describeRun(run)}`,
+        )
+      }
+    },
+  }
+}
+
+let sequence = 0
+
+/**
+ * Makes a harness for `worker` in the current scope.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options: HarnessOptions = {},
+): Effect.Effect<WorkerHarness, SettingsError, Scope.Scope | R> =>
+  Effect.gen(function* () {
+    const settings = yield* Settings.make(
+      { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+      {
+        retryBackoffBase: Duration.millis(1),
+        retryBackoffMax: Duration.millis(1),
+        ...options.settingsOverrides,
+      },
+    )
+    const broker = yield* MemoryBroker.make()
+    // Capacity 0: the harness takes each message itself, one delivery per submission.
+    const transport = yield* broker.transport({
+      inQueue: settings.inQueue,
+      outQueue: settings.outQueue,
+      capacity: 0,
+    })
+    const context = yield* Layer.build(layerServices).pipe(
+      Effect.provideService(Settings.Settings, settings),
+      Effect.provideService(Transport, transport),
+    )
+    const engine = yield* DeliveryEngine.make(worker).pipe(
+      Effect.provide(context),
+      Effect.provideService(Settings.Settings, settings),
+      Effect.provideService(Transport, transport),
+    )
+    const onClock = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
+      options.clock === "ambient" ? effect : Effect.withClock(effect, Clock.make())
+
+    const deliver = (bytes: Uint8Array, taskId: string | undefined, deliveryCount: number) =>
+      onClock(Effect.gen(function* () {
+        const before = (yield* broker.published(settings.outQueue)).length
+        yield* broker.publish(settings.inQueue, bytes, { deliveryCount }).pipe(Effect.orDie)
+        const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
+        let outcome: TaskRun["outcome"] = "NONE"
+        yield* engine.handle({
+          ...delivery,
+          ack: delivery.ack.pipe(Effect.tap(() => (outcome = "ACKED"))),
+          requeue: delivery.requeue.pipe(Effect.tap(() => (outcome = "NACKED_REQUEUE"))),
+        })
+        // The harness keeps the queue empty: a requeued message is not run again by itself.
+        yield* broker.purge(settings.inQueue)
+        const published = (yield* broker.published(settings.outQueue)).slice(before)
+        const raw = published
+          .map((m) => m.body)
+          .filter((body) =>
+            taskId === undefined ||
+            (JSON.parse(decoder.decode(body)) as WireMessage).task_id === taskId
+          )
+        return toRun(taskId, raw, outcome)
+      }))
+
+    return {
+      settings,
+      broker,
+      failNextPublish: (type) =>
+        broker.failNextPublish({ queue: settings.outQueue, ...(type ? { type } : {}) }),
+      submit: (body, o = {}) =>
+        Effect.suspend(() => {
+          const taskId = o.taskId ?? `task-${++sequence}`
+          const envelope: Record<string, unknown> = { task_id: taskId }
+          if (o.clientId !== undefined) envelope.client_id = o.clientId
+          const data: Record<string, unknown> = { message_type: "submission", body }
+          if (o.inputRefs !== undefined) data.input_refs = o.inputRefs
+          envelope.data = data
+          return deliver(encoder.encode(JSON.stringify(envelope)), taskId, o.deliveryCount ?? 0)
+        }),
+      submitRaw: (bytes, o = {}) =>
+        deliver(
+          typeof bytes === "string" ? encoder.encode(bytes) : bytes,
+          undefined,
+          o.deliveryCount ?? 0,
+        ),
+    }
+  })
+
+/**
+ * A harness for `async` tests; `close` (or `await using`) releases it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AsyncWorkerHarness extends AsyncDisposable {
+  readonly submit: (body: unknown, options?: SubmitOptions) => Promise<TaskRun>
+  readonly submitRaw: (
+    bytes: Uint8Array | string,
+    options?: { readonly deliveryCount?: number },
+  ) => Promise<TaskRun>
+  readonly failNextPublish: (type?: MessageType) => Promise<void>
+  readonly published: () => Promise<ReadonlyArray<Uint8Array>>
+  readonly close: () => Promise<void>
+}
+
+/**
+ * Starts a harness for plain `async` tests.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const start = async <A, I, O>(
+  worker: Worker<A, I, O, never>,
+  options: Omit<HarnessOptions, "clock"> = {},
+): Promise<AsyncWorkerHarness> => {
+  const scope = Effect.runSync(Scope.make())
+  const harness = await Effect.runPromise(Scope.extend(make(worker, options), scope))
+  const run = <X>(effect: Effect.Effect<X>) => Runtime.runPromise(Runtime.defaultRuntime, effect)
+  const close = () => run(Scope.close(scope, Exit.void))
+  return {
+    submit: (body, o) => run(harness.submit(body, o)),
+    submitRaw: (bytes, o) => run(harness.submitRaw(bytes, o)),
+    failNextPublish: (type) => run(harness.failNextPublish(type)),
+    published: () =>
+      run(
+        Effect.map(
+          harness.broker.published(harness.settings.outQueue),
+          (ms) => ms.map((m) => m.body),
+        ),
+      ),
+    close,
+    [Symbol.asyncDispose]: close,
+  }
+}
+
+/**
+ * What a handler reported through `ctx.progress`, unthrottled.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ProgressRecorder {
+  readonly updates: ReadonlyArray<
+    { readonly fraction: number; readonly payload: Readonly<Record<string, unknown>> | undefined }
+  >
+  readonly fractions: () => ReadonlyArray<number>
+}
+
+/**
+ * A context to call a handler directly, with a recorder of its progress and the means to fire
+ * its signal.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeTaskContext = (info: Partial<TaskContext.TaskInfo> = {}): {
+  readonly ctx: TaskContext.TaskContext
+  readonly recorder: ProgressRecorder
+  readonly abort: (reason?: string) => void
+} => {
+  const updates: Array<
+    { fraction: number; payload: Readonly<Record<string, unknown>> | undefined }
+  > = []
+  const { abort, context } = TaskContext.make(
+    {
+      taskId: info.taskId ?? `task-${++sequence}`,
+      attempt: info.attempt ?? 1,
+      deliveryLimit: info.deliveryLimit ?? 5,
+      clientId: info.clientId,
+      inputRefs: info.inputRefs ?? [],
+    },
+    (fraction, payload) =>
+      TaskContext.awaitable(
+        Effect.sync(() => void updates.push({ fraction, payload })),
+        Runtime.defaultRuntime,
+      ),
+  )
+  return {
+    ctx: context,
+    recorder: { updates, fractions: () => updates.map((u) => u.fraction) },
+    abort: (reason = "aborted by the test") => abort(reason),
+  }
+}
