@@ -122,11 +122,22 @@ type Raw<A> = Either.Either<A, string>
 const seconds = (key: string, description: string, fallback: number | undefined) => {
   const base = Config.number(key).pipe(Config.withDescription(`${description} (seconds)`))
   const read = fallback === undefined ? base : base.pipe(Config.withDefault(fallback))
-  return read.pipe(Config.map((s): Duration.DurationInput => Duration.seconds(s)))
+  // As milliseconds, not `Duration.seconds(s)`: a Duration turns a negative value into zero, and
+  // the validation in `make` must still see the sign.
+  return read.pipe(Config.map((s): Duration.DurationInput => s * 1000))
 }
 
 const given = <A>(value: A | undefined, config: Config.Config<A>): Config.Config<A> =>
   value === undefined ? config : Config.succeed(value)
+
+// `Duration.decode` turns a negative or NaN input into zero: look at the input itself.
+const isNegativeOrNaN = (input: Duration.DurationInput): boolean => {
+  if (typeof input === "number") return !(input >= 0)
+  if (typeof input === "bigint") return input < 0n
+  if (typeof input === "string") return input.trim().startsWith("-")
+  if (Array.isArray(input)) return !(input[0] * 1e9 + input[1] >= 0)
+  return false
+}
 
 const decodeDuration = (name: string, input: Duration.DurationInput): Raw<Duration.Duration> => {
   const decoded = Duration.decodeUnknown(input)
@@ -159,7 +170,7 @@ export const make = (
   overrides: SettingsOverrides = {},
 ): Effect.Effect<WorkerSettings, SettingsError> => {
   const o = overrides
-  const raw = Config.all({
+  const fields = {
     inQueue: given(
       o.inQueue,
       Config.string("IN_QUEUE_NAME").pipe(
@@ -255,95 +266,148 @@ export const make = (
       : Config.succeed(
         Option.some(Redacted.isRedacted(o.brokerUrl) ? o.brokerUrl : Redacted.make(o.brokerUrl)),
       ),
-  })
-  return raw.pipe(
-    Effect.mapError((error) => new SettingsError({ problems: flattenConfigError(error) })),
+  }
+  // Each key is read on its own (with `Config.all`, one value that does not parse would skip the
+  // checks below): every parse error is reported together with every out-of-range value.
+  return Effect.all(fields, { mode: "either" }).pipe(
     Effect.flatMap((r) => {
       const problems: Array<string> = []
-      const int = (name: string, value: number, min: number, max = MAX_INT32) => {
+      // A key that did not parse is reported once; its placeholder never leaves this function.
+      const parsed = <A>(field: Either.Either<A, ConfigError.ConfigError>, placeholder: A): A => {
+        if (Either.isRight(field)) return field.right
+        problems.push(...flattenConfigError(field.left))
+        return placeholder
+      }
+      const int = (
+        name: string,
+        field: Either.Either<number, ConfigError.ConfigError>,
+        min: number,
+        max = MAX_INT32,
+      ): number => {
+        if (Either.isLeft(field)) return parsed(field, min)
+        const value = field.right
         if (!Number.isInteger(value) || value < min || value > max) {
           problems.push(`${name} must be an integer from ${min} to ${max}, got ${value}`)
         }
+        return value
       }
-      const duration = (name: string, input: Duration.DurationInput, positive: boolean) => {
+      // A duration with a problem is `undefined`, so that it is not compared with the others.
+      const duration = (
+        name: string,
+        field: Either.Either<Duration.DurationInput, ConfigError.ConfigError>,
+        positive: boolean,
+      ): Duration.Duration | undefined => {
+        if (Either.isLeft(field)) {
+          problems.push(...flattenConfigError(field.left))
+          return undefined
+        }
+        const input = field.right
         const d = decodeDuration(name, input)
         if (Either.isLeft(d)) {
           problems.push(d.left)
-          return Duration.zero
+          return undefined
         }
         const ms = Duration.toMillis(d.right)
-        if (!Number.isFinite(ms) || ms < 0 || (positive && ms === 0)) {
-          problems.push(`${name} must be a finite duration${positive ? " above zero" : ""}`)
+        if (isNegativeOrNaN(input) || !Number.isFinite(ms) || (positive && ms === 0)) {
+          problems.push(
+            `${name} must be a finite duration${positive ? " above zero" : ", not negative"}`,
+          )
+          return undefined
         }
         return d.right
       }
-      const text = (name: string, value: string) => {
-        if (value.trim() === "") problems.push(`${name} must not be empty`)
+      const text = (name: string, field: Either.Either<string, ConfigError.ConfigError>) => {
+        if (Either.isLeft(field)) return parsed(field, "")
+        if (field.right.trim() === "") problems.push(`${name} must not be empty`)
+        return field.right
       }
-      text("inQueue (IN_QUEUE_NAME)", r.inQueue)
-      text("outQueue (OUT_QUEUE_NAME)", r.outQueue)
-      if (r.inQueue === r.outQueue) problems.push("the input and output queues must differ")
-      int("concurrency (WORKER_CONCURRENCY)", r.concurrency, 1)
-      int("deliveryLimit (WORKER_DELIVERY_LIMIT)", r.deliveryLimit, 1)
-      int("maxMessageBytes (WORKER_MAX_MESSAGE_BYTES)", r.maxMessageBytes, 1)
-      int("healthCheckPort (HEALTH_CHECK_PORT)", r.healthCheckPort, 0, 65535)
-      text("hostname (HOSTNAME)", r.hostname)
-      const settings: WorkerSettings = {
-        inQueue: r.inQueue,
-        outQueue: r.outQueue,
-        concurrency: r.concurrency,
-        deliveryLimit: r.deliveryLimit,
-        retryBackoffBase: duration(
-          "retryBackoffBase (WORKER_RETRY_BACKOFF_BASE_S)",
-          r.retryBackoffBase,
-          false,
-        ),
-        retryBackoffMax: duration(
-          "retryBackoffMax (WORKER_RETRY_BACKOFF_MAX_S)",
-          r.retryBackoffMax,
-          false,
-        ),
-        consumerTimeout: duration(
-          "consumerTimeout (WORKER_CONSUMER_TIMEOUT_S)",
-          r.consumerTimeout,
-          true,
-        ),
-        shutdownGrace: duration("shutdownGrace (WORKER_SHUTDOWN_GRACE_S)", r.shutdownGrace, false),
-        shutdownHooksTimeout: duration(
-          "shutdownHooksTimeout (WORKER_SHUTDOWN_HOOKS_TIMEOUT_S)",
-          r.shutdownHooksTimeout,
-          false,
-        ),
-        progressMinInterval: duration(
-          "progressMinInterval (WORKER_PROGRESS_MIN_INTERVAL_S)",
-          r.progressMinInterval,
-          false,
-        ),
-        maxMessageBytes: r.maxMessageBytes,
-        taskTimeout: duration("taskTimeout (WORKER_TASK_TIMEOUT_S)", r.taskTimeout, true),
-        hostname: r.hostname,
-        healthCheckHost: r.healthCheckHost,
-        healthCheckPort: r.healthCheckPort,
-        brokerUrl: r.brokerUrl,
+      const inQueue = text("inQueue (IN_QUEUE_NAME)", r.inQueue)
+      const outQueue = text("outQueue (OUT_QUEUE_NAME)", r.outQueue)
+      if (Either.isRight(r.inQueue) && Either.isRight(r.outQueue) && inQueue === outQueue) {
+        problems.push("the input and output queues must differ")
       }
-      if (Duration.greaterThan(settings.retryBackoffBase, settings.retryBackoffMax)) {
+      const concurrency = int("concurrency (WORKER_CONCURRENCY)", r.concurrency, 1)
+      const deliveryLimit = int("deliveryLimit (WORKER_DELIVERY_LIMIT)", r.deliveryLimit, 1)
+      const maxMessageBytes = int(
+        "maxMessageBytes (WORKER_MAX_MESSAGE_BYTES)",
+        r.maxMessageBytes,
+        1,
+      )
+      const healthCheckPort = int(
+        "healthCheckPort (HEALTH_CHECK_PORT)",
+        r.healthCheckPort,
+        0,
+        65535,
+      )
+      const hostname = text("hostname (HOSTNAME)", r.hostname)
+      const retryBackoffBase = duration(
+        "retryBackoffBase (WORKER_RETRY_BACKOFF_BASE_S)",
+        r.retryBackoffBase,
+        false,
+      )
+      const retryBackoffMax = duration(
+        "retryBackoffMax (WORKER_RETRY_BACKOFF_MAX_S)",
+        r.retryBackoffMax,
+        false,
+      )
+      const consumerTimeout = duration(
+        "consumerTimeout (WORKER_CONSUMER_TIMEOUT_S)",
+        r.consumerTimeout,
+        true,
+      )
+      const shutdownGrace = duration(
+        "shutdownGrace (WORKER_SHUTDOWN_GRACE_S)",
+        r.shutdownGrace,
+        false,
+      )
+      const shutdownHooksTimeout = duration(
+        "shutdownHooksTimeout (WORKER_SHUTDOWN_HOOKS_TIMEOUT_S)",
+        r.shutdownHooksTimeout,
+        false,
+      )
+      const progressMinInterval = duration(
+        "progressMinInterval (WORKER_PROGRESS_MIN_INTERVAL_S)",
+        r.progressMinInterval,
+        false,
+      )
+      const taskTimeout = duration("taskTimeout (WORKER_TASK_TIMEOUT_S)", r.taskTimeout, true)
+      if (
+        retryBackoffBase !== undefined && retryBackoffMax !== undefined &&
+        Duration.greaterThan(retryBackoffBase, retryBackoffMax)
+      ) {
         problems.push("retryBackoffBase must not exceed retryBackoffMax")
       }
-      if (problems.length === 0) {
-        const worstCase = Duration.sum(
-          Duration.sum(settings.taskTimeout, settings.retryBackoffMax),
-          LEASE_MARGIN,
-        )
-        if (!Duration.lessThan(worstCase, settings.consumerTimeout)) {
+      if (
+        taskTimeout !== undefined && retryBackoffMax !== undefined && consumerTimeout !== undefined
+      ) {
+        const worstCase = Duration.sum(Duration.sum(taskTimeout, retryBackoffMax), LEASE_MARGIN)
+        if (!Duration.lessThan(worstCase, consumerTimeout)) {
           problems.push(
-            `the task timeout (${Duration.format(settings.taskTimeout)}) + the longest backoff ` +
-              `(${
-                Duration.format(settings.retryBackoffMax)
-              }) + 60s must be less than the consumer ` +
-              `timeout (${Duration.format(settings.consumerTimeout)}), or the broker takes the ` +
+            `the task timeout (${Duration.format(taskTimeout)}) + the longest backoff ` +
+              `(${Duration.format(retryBackoffMax)}) + 60s must be less than the consumer ` +
+              `timeout (${Duration.format(consumerTimeout)}), or the broker takes the ` +
               "task back while it still runs",
           )
         }
+      }
+      // Placeholders (`Duration.zero`) only stand where a problem has been listed.
+      const settings: WorkerSettings = {
+        inQueue,
+        outQueue,
+        concurrency,
+        deliveryLimit,
+        retryBackoffBase: retryBackoffBase ?? Duration.zero,
+        retryBackoffMax: retryBackoffMax ?? Duration.zero,
+        consumerTimeout: consumerTimeout ?? Duration.zero,
+        shutdownGrace: shutdownGrace ?? Duration.zero,
+        shutdownHooksTimeout: shutdownHooksTimeout ?? Duration.zero,
+        progressMinInterval: progressMinInterval ?? Duration.zero,
+        maxMessageBytes,
+        taskTimeout: taskTimeout ?? Duration.zero,
+        hostname,
+        healthCheckHost: parsed(r.healthCheckHost, ""),
+        healthCheckPort,
+        brokerUrl: parsed(r.brokerUrl, Option.none()),
       }
       return problems.length === 0
         ? Effect.succeed(settings)

@@ -45,7 +45,11 @@ export const isPlainObject = (value: unknown): value is Record<string, unknown> 
  * there, or `undefined` when it is JSON data. Object keys whose value is `undefined` are allowed
  * (JSON.stringify omits them), as an output schema may leave optional keys so.
  */
-export const findNonJson = (value: unknown, path = "$"): string | undefined => {
+export const findNonJson = (
+  value: unknown,
+  path = "$",
+  ancestors: Set<object> = new Set(),
+): string | undefined => {
   switch (typeof value) {
     case "string":
     case "boolean":
@@ -54,25 +58,34 @@ export const findNonJson = (value: unknown, path = "$"): string | undefined => {
       return Number.isFinite(value) ? undefined : `${path} is a non-finite number`
     case "object": {
       if (value === null) return undefined
-      if (Array.isArray(value)) {
-        for (let i = 0; i < value.length; i++) {
-          const item = value[i]
-          if (item === undefined) return `${path}[${i}] is undefined`
-          const found = findNonJson(item, `${path}[${i}]`)
-          if (found !== undefined) return found
-        }
-        return undefined
-      }
-      if (!isPlainObject(value)) return `${path} is not a plain object`
-      for (const key of Object.keys(value)) {
-        const item = value[key]
-        if (item === undefined) continue
-        const found = findNonJson(item, `${path}.${key}`)
-        if (found !== undefined) return found
-      }
-      return undefined
+      // A cycle has no JSON text (and would recurse forever); a value shared twice is fine.
+      if (ancestors.has(value)) return `${path} is a circular reference`
+      ancestors.add(value)
+      const found = findNonJsonIn(value, path, ancestors)
+      ancestors.delete(value)
+      return found
     }
     default:
       return `${path} is a ${typeof value}`
   }
+}
+
+const findNonJsonIn = (value: object, path: string, ancestors: Set<object>): string | undefined => {
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i]
+      if (item === undefined) return `${path}[${i}] is undefined`
+      const found = findNonJson(item, `${path}[${i}]`, ancestors)
+      if (found !== undefined) return found
+    }
+    return undefined
+  }
+  if (!isPlainObject(value)) return `${path} is not a plain object`
+  for (const key of Object.keys(value)) {
+    const item = value[key]
+    if (item === undefined) continue
+    const found = findNonJson(item, `${path}.${key}`, ancestors)
+    if (found !== undefined) return found
+  }
+  return undefined
 }

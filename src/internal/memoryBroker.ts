@@ -128,7 +128,9 @@ export class BrokerCore {
     const q = consumer.queue
     q.consumers.splice(q.consumers.indexOf(consumer), 1)
     const untaken = Array.from(Effect.runSync(Queue.takeAll(consumer.inbox)))
-    for (const h of untaken) {
+    // Back to the front of the queue in their original order: the last one goes first.
+    for (let i = untaken.length - 1; i >= 0; i--) {
+      const h = untaken[i]!
       // Never seen by the application: back to the queue without counting a redelivery.
       this.release(h, "settled")
       this.requeueFront(q, h.message)
@@ -140,7 +142,7 @@ export class BrokerCore {
   /** The consumer's channel closes: every lease it holds is lost and its messages requeued. */
   close(consumer: ConsumerCore): void {
     this.cancel(consumer)
-    for (const h of [...consumer.held]) this.lose(h, "channel_closed")
+    this.lose([...consumer.held], "channel_closed")
   }
 
   ack(h: Held): LeaseLost | undefined {
@@ -168,23 +170,28 @@ export class BrokerCore {
   /** Expires every lease past its deadline. */
   expireDue(): number {
     const now = this.now()
-    let expired = 0
-    for (const h of this.leased) {
-      if (h.deadline <= now) {
-        this.lose(h, "expired")
-        expired++
-      }
-    }
-    return expired
+    const due: Array<Held> = []
+    for (const h of this.leased) if (h.deadline <= now) due.push(h)
+    this.lose(due, "expired")
+    return due.length
   }
 
-  private lose(h: Held, reason: LeaseLost["reason"]): void {
-    if (h.state !== "held") return
-    this.release(h, "lost")
-    Deferred.unsafeDone(h.lost, Effect.succeed(new LeaseLost({ reason })))
-    h.message.deliveryCount++
-    this.requeueFront(h.message.queue, h.message)
-    this.dispatch(h.message.queue)
+  /**
+   * Loses the leases (oldest first) and requeues their messages at the front of their queues
+   * in that order, then dispatches them.
+   */
+  private lose(hs: ReadonlyArray<Held>, reason: LeaseLost["reason"]): void {
+    const queues = new Set<QueueCore>()
+    for (let i = hs.length - 1; i >= 0; i--) {
+      const h = hs[i]!
+      if (h.state !== "held") continue
+      this.release(h, "lost")
+      Deferred.unsafeDone(h.lost, Effect.succeed(new LeaseLost({ reason })))
+      h.message.deliveryCount++
+      this.requeueFront(h.message.queue, h.message)
+      queues.add(h.message.queue)
+    }
+    for (const q of queues) this.dispatch(q)
   }
 
   private release(h: Held, state: LeaseState): void {

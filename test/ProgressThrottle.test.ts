@@ -1,0 +1,312 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, type Duration, Effect, Fiber, Metric, Option, TestClock } from "effect"
+import vectors from "../../shared/protocol/vectors.json" with { type: "json" }
+import * as ProgressThrottle from "../src/ProgressThrottle.ts"
+import type { Transport } from "../src/Transport.ts"
+import { PublishError } from "../src/WorkerError.ts"
+import * as WorkerMetrics from "../src/WorkerMetrics.ts"
+
+const decoder = new TextDecoder()
+
+interface Sent {
+  /** TestClock time of the publish, in milliseconds. */
+  readonly at: number
+  readonly type: string
+  readonly text: string
+  readonly message: {
+    readonly task_id: string
+    readonly data: { readonly progress: number; readonly response?: unknown }
+  }
+}
+
+/** A fake publish: records what the broker would have confirmed, or fails when told to. */
+const makePublisher = () => {
+  const sent: Array<Sent> = []
+  let attempts = 0
+  let failures = 0
+  const publish: Transport["Type"]["publish"] = (body, type) =>
+    Effect.gen(function* () {
+      attempts++
+      if (failures > 0) {
+        failures--
+        return yield* new PublishError({ reason: "nacked", messageType: type })
+      }
+      const at = yield* Clock.currentTimeMillis
+      const text = decoder.decode(body)
+      sent.push({ at, type, text, message: JSON.parse(text) })
+    })
+  return {
+    sent,
+    publish,
+    attempts: () => attempts,
+    failNext: () => void failures++,
+    /** `[time, fraction]` of each message sent. */
+    timeline: () => sent.map((s) => [s.at, s.message.data.progress]),
+  }
+}
+
+/** Lets forked fibers (the throttle's sender) run. */
+const settle = Effect.yieldNow()
+
+type DropReason = "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed"
+
+const dropped = (reason: DropReason) =>
+  Metric.value(WorkerMetrics.progressDropped(reason)).pipe(Effect.map((state) => state.count))
+
+/** The change of `worker_progress_dropped_total{reason}` since it was made. */
+const droppedSince = (reason: DropReason) =>
+  Effect.map(dropped(reason), (before) => Effect.map(dropped(reason), (after) => after - before))
+
+const setup = (interval: Duration.DurationInput = "1 second") => {
+  const publisher = makePublisher()
+  return { publisher, throttle: ProgressThrottle.make(interval, publisher.publish) }
+}
+
+describe("ProgressThrottle", () => {
+  it.scoped("sends the first update at once", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const progress = yield* throttle.open("t-1")
+      yield* TestClock.adjust("250 millis")
+      yield* progress.report(0.25)
+      yield* settle
+      expect(publisher.sent).toEqual([{
+        at: 250,
+        type: "progress",
+        text: `{"task_id":"t-1","data":{"message_type":"progress","progress":0.25}}`,
+        message: { task_id: "t-1", data: { message_type: "progress", progress: 0.25 } },
+      }])
+    }))
+
+  it.scoped("holds updates within the interval and sends only the latest when it ends", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const superseded = yield* droppedSince("superseded")
+      const progress = yield* throttle.open("t-1")
+      yield* progress.report(0.1)
+      yield* settle
+      yield* TestClock.adjust("200 millis")
+      yield* progress.report(0.2)
+      yield* TestClock.adjust("300 millis")
+      yield* progress.report(0.3)
+      yield* TestClock.adjust("499 millis")
+      expect(publisher.timeline()).toEqual([[0, 0.1]])
+      yield* TestClock.adjust("1 millis")
+      expect(publisher.timeline()).toEqual([[0, 0.1], [1000, 0.3]])
+      expect(yield* superseded).toBe(1)
+
+      // The next interval starts at the last send: an update at 1.2 s goes out at 2 s.
+      yield* TestClock.adjust("200 millis")
+      yield* progress.report(0.4)
+      yield* TestClock.adjust("799 millis")
+      expect(publisher.timeline()).toEqual([[0, 0.1], [1000, 0.3]])
+      yield* TestClock.adjust("1 millis")
+      expect(publisher.timeline()).toEqual([[0, 0.1], [1000, 0.3], [2000, 0.4]])
+
+      // Nothing is held: time passing sends nothing more.
+      yield* TestClock.adjust("10 seconds")
+      expect(publisher.sent).toHaveLength(3)
+    }))
+
+  it.scoped("sends an update at once after a quiet interval", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup("2 seconds")
+      const progress = yield* throttle.open("t-1")
+      yield* progress.report(0.1)
+      yield* settle
+      yield* TestClock.adjust("2500 millis")
+      yield* progress.report(0.2)
+      yield* settle
+      expect(publisher.timeline()).toEqual([[0, 0.1], [2500, 0.2]])
+    }))
+
+  it.scoped("drops a lower fraction and accepts an equal one", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const regressed = yield* droppedSince("regressed")
+      const progress = yield* throttle.open("t-1")
+      yield* progress.report(0.5)
+      yield* settle
+      yield* TestClock.adjust("100 millis")
+      yield* progress.report(0.6)
+      yield* TestClock.adjust("100 millis")
+      yield* progress.report(0.4)
+      expect(yield* regressed).toBe(1)
+      yield* TestClock.adjust("100 millis")
+      yield* progress.report(0.6, { stage: "ocr" })
+      yield* TestClock.adjust("700 millis")
+      expect(publisher.sent.map((s) => [s.at, s.message.data])).toEqual([
+        [0, { message_type: "progress", progress: 0.5 }],
+        [1000, { message_type: "progress", progress: 0.6, response: { stage: "ocr" } }],
+      ])
+
+      // Lower than what was sent: still dropped, never sent.
+      yield* progress.report(0.55)
+      yield* TestClock.adjust("5 seconds")
+      expect(publisher.sent).toHaveLength(2)
+      expect(yield* regressed).toBe(2)
+    }))
+
+  it.scoped("drops a fraction that is not finite or not in [0, 1)", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const invalid = yield* droppedSince("invalid")
+      const progress = yield* throttle.open("t-1")
+      for (const fraction of [NaN, Infinity, -Infinity, -0.1, 1, 1.5]) {
+        yield* progress.report(fraction)
+      }
+      yield* settle
+      yield* TestClock.adjust("5 seconds")
+      expect(publisher.attempts()).toBe(0)
+      expect(yield* invalid).toBe(6)
+
+      // None of them counted as the highest: 0, the lower bound, still goes out.
+      yield* progress.report(0)
+      yield* settle
+      expect(publisher.timeline()).toEqual([[5000, 0]])
+      expect(publisher.sent[0]!.text).toBe(
+        `{"task_id":"t-1","data":{"message_type":"progress","progress":0}}`,
+      )
+    }))
+
+  it.scoped("drops an update whose payload is not a JSON object", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const invalid = yield* droppedSince("invalid")
+      const progress = yield* throttle.open("t-1")
+      const payloads: ReadonlyArray<unknown> = ["ocr", 42, null, [1, 2], { ratio: NaN }]
+      for (const payload of payloads) {
+        yield* progress.report(0.9, payload as Record<string, unknown>)
+      }
+      yield* settle
+      yield* TestClock.adjust("5 seconds")
+      expect(publisher.attempts()).toBe(0)
+      expect(yield* invalid).toBe(payloads.length)
+
+      // A dropped update does not raise the fraction: 0.5 is not a regression.
+      yield* progress.report(0.5, { stage: "ocr" })
+      yield* settle
+      expect(publisher.sent.map((s) => s.message.data)).toEqual([
+        { message_type: "progress", progress: 0.5, response: { stage: "ocr" } },
+      ])
+    }))
+
+  it.scoped("close drops the held update: nothing is sent after it", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const concluded = yield* droppedSince("concluded")
+      const progress = yield* throttle.open("t-1")
+      yield* progress.report(0.1)
+      yield* settle
+      yield* TestClock.adjust("100 millis")
+      yield* progress.report(0.2)
+      yield* TestClock.adjust("100 millis")
+      yield* progress.close
+      expect(yield* concluded).toBe(1)
+      yield* TestClock.adjust("10 seconds")
+      expect(publisher.timeline()).toEqual([[0, 0.1]])
+
+      // A report after the conclusion is dropped too.
+      yield* progress.report(0.3)
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      expect(publisher.timeline()).toEqual([[0, 0.1]])
+      expect(yield* concluded).toBe(2)
+    }))
+
+  it.scoped("close waits out a publish under way", () =>
+    Effect.gen(function* () {
+      const sent: Array<number> = []
+      const slowPublish: Transport["Type"]["publish"] = () =>
+        Effect.sleep("100 millis").pipe(
+          Effect.zipRight(Clock.currentTimeMillis),
+          Effect.map((at) => void sent.push(at)),
+        )
+      const throttle = ProgressThrottle.make("1 second", slowPublish)
+      const progress = yield* throttle.open("t-1")
+      yield* progress.report(0.1)
+      yield* settle
+      yield* TestClock.adjust("50 millis")
+      const closing = yield* Effect.fork(progress.close)
+      yield* TestClock.adjust("49 millis")
+      expect(Option.isNone(yield* Fiber.poll(closing))).toBe(true)
+      yield* TestClock.adjust("1 millis")
+      yield* Fiber.join(closing)
+      expect(sent).toEqual([100])
+    }))
+
+  it.effect("closing the channel's scope drops the held update", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      yield* Effect.scoped(Effect.gen(function* () {
+        const progress = yield* throttle.open("t-1")
+        yield* progress.report(0.1)
+        yield* settle
+        yield* TestClock.adjust("100 millis")
+        yield* progress.report(0.2)
+      }))
+      yield* TestClock.adjust("10 seconds")
+      expect(publisher.timeline()).toEqual([[0, 0.1]])
+    }))
+
+  it.scoped("a failed publish does not fail report, and later updates still go out", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const failed = yield* droppedSince("publish_failed")
+      const progress = yield* throttle.open("t-1")
+      publisher.failNext()
+      const first = yield* Effect.exit(progress.report(0.1))
+      yield* settle
+      expect(first._tag).toBe("Success")
+      expect(publisher.attempts()).toBe(1)
+      expect(publisher.sent).toEqual([])
+      expect(yield* failed).toBe(1)
+
+      yield* TestClock.adjust("100 millis")
+      yield* progress.report(0.2)
+      yield* TestClock.adjust("900 millis")
+      expect(publisher.timeline()).toEqual([[1000, 0.2]])
+      expect(yield* failed).toBe(1)
+    }))
+
+  it.scoped("each task has its own interval", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const a = yield* throttle.open("a")
+      const b = yield* throttle.open("b")
+      yield* a.report(0.1)
+      yield* settle
+      yield* b.report(0.2)
+      yield* settle
+      yield* a.report(0.3)
+      yield* settle
+      expect(publisher.sent.map((s) => [s.message.task_id, s.message.data.progress])).toEqual([
+        ["a", 0.1],
+        ["b", 0.2],
+      ])
+      yield* TestClock.adjust("1 second")
+      expect(publisher.sent.map((s) => [s.message.task_id, s.message.data.progress])).toEqual([
+        ["a", 0.1],
+        ["b", 0.2],
+        ["a", 0.3],
+      ])
+    }))
+
+  describe("sends the spec's exact bytes", () => {
+    for (const vector of vectors.encode) {
+      const message = vector.message
+      if (message.type !== "progress" || message.progress === undefined) continue
+      const { progress: fraction, payload } = message
+      it.scoped(vector.name, () =>
+        Effect.gen(function* () {
+          const { publisher, throttle } = setup()
+          const progress = yield* throttle.open(message.task_id)
+          yield* progress.report(fraction, payload)
+          yield* settle
+          expect(publisher.sent.map((s) => [s.type, s.text])).toEqual([
+            ["progress", vector.bytes],
+          ])
+        }))
+    }
+  })
+})

@@ -1,0 +1,68 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, TestClock } from "effect"
+import * as Timers from "../../src/internal/timers.ts"
+
+const settle = Effect.repeatN(Effect.yieldNow(), 20)
+
+describe("Timers", () => {
+  it.scoped("runs an action when its delay has passed, not before", () =>
+    Effect.gen(function*() {
+      const timers = yield* Timers.make
+      const fired: Array<string> = []
+      timers.after(1000, Effect.sync(() => fired.push("a")))
+      yield* settle
+      yield* TestClock.adjust("999 millis")
+      yield* settle
+      expect(fired).toEqual([])
+      yield* TestClock.adjust("1 millis")
+      yield* settle
+      expect(fired).toEqual(["a"])
+    }))
+
+  it.scoped("a cancelled timer never runs", () =>
+    Effect.gen(function*() {
+      const timers = yield* Timers.make
+      const fired: Array<string> = []
+      const cancel = timers.after(1000, Effect.sync(() => fired.push("a")))
+      timers.after(1000, Effect.sync(() => fired.push("b")))
+      cancel()
+      yield* TestClock.adjust("2 seconds")
+      yield* settle
+      expect(fired).toEqual(["b"])
+    }))
+
+  it.scoped("timers of different delays fire in due order, a shorter one registered later first", () =>
+    Effect.gen(function*() {
+      const timers = yield* Timers.make
+      const fired: Array<string> = []
+      timers.after(30_000, Effect.sync(() => fired.push("30s")))
+      yield* settle
+      timers.after(5_000, Effect.sync(() => fired.push("5s")))
+      yield* TestClock.adjust("1 second")
+      timers.after(1_000, Effect.sync(() => fired.push("1s+1s")))
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      expect(fired).toEqual(["1s+1s"])
+      yield* TestClock.adjust("3 seconds")
+      yield* settle
+      expect(fired).toEqual(["1s+1s", "5s"])
+      yield* TestClock.adjust("25 seconds")
+      yield* settle
+      expect(fired).toEqual(["1s+1s", "5s", "30s"])
+    }))
+
+  it.scoped("goes idle when empty and wakes for the next timer", () =>
+    Effect.gen(function*() {
+      const timers = yield* Timers.make
+      const fired: Array<number> = []
+      timers.after(10, Effect.sync(() => fired.push(1)))
+      yield* TestClock.adjust("1 minute")
+      yield* settle
+      timers.after(10, Effect.sync(() => fired.push(2)))
+      yield* settle
+      yield* TestClock.adjust("10 millis")
+      yield* settle
+      expect(fired).toEqual([1, 2])
+    }))
+})
