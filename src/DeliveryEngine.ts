@@ -6,7 +6,6 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
 import {
   Cause,
   Context,
@@ -18,6 +17,7 @@ import {
   Metric,
   Random,
   Schema,
+  Scope,
   Stream,
 } from "effect"
 import * as Decision from "./Decision.ts"
@@ -179,7 +179,11 @@ export const make = <A, I, O, R>(
     const transport = yield* Transport
     const throttle = yield* ProgressThrottle
     const renewal = yield* LeaseRenewal
-    const handlerContext = yield* Effect.context<R>()
+    // The handler's services, but not this engine's Scope: a handler that requires a Scope gets
+    // its task's own (closed when the task ends), or its resources would live as long as the
+    // worker.
+    const services = yield* Effect.context<R>()
+    const handlerContext = Context.omit(Scope.Scope)(services) as Context.Context<R>
     const fibers = yield* FiberSet.make<Decision.Decision>()
     const permits = yield* Effect.makeSemaphore(settings.concurrency)
     const decodeInput = Schema.decodeUnknownEither(worker.input)
@@ -308,10 +312,14 @@ export const make = <A, I, O, R>(
               }),
             )
           }
+          // A tagged error made without a message inherits `Error.prototype.message` (""): an
+          // empty message falls back to the sentence as an absent one does.
           return checkedCode(
             known,
             error.code ?? "RETRY_EXHAUSTED",
-            error.message ?? `The task failed on each of its ${known.deliveryLimit} attempts.`,
+            typeof error.message === "string" && error.message !== ""
+              ? error.message
+              : `The task failed on each of its ${known.deliveryLimit} attempts.`,
           )
         }
         case "Timeout":

@@ -1,0 +1,1251 @@
+import { describe, expect, it } from "@effect/vitest"
+import {
+  Clock,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  HashMap,
+  Layer,
+  Logger,
+  Option,
+  Random,
+  Schema,
+  Scope,
+  Stream,
+  TestClock,
+} from "effect"
+import * as DeliveryEngine from "../src/DeliveryEngine.ts"
+import * as LeaseRenewal from "../src/LeaseRenewal.ts"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import type { MessageType, WireMessage } from "../src/Protocol.ts"
+import * as ProgressThrottle from "../src/ProgressThrottle.ts"
+import * as Settings from "../src/Settings.ts"
+import type { TaskContext } from "../src/TaskContext.ts"
+import * as WorkerHarness from "../src/testing.ts"
+import { type Delivery, Redeliveries, Transport } from "../src/Transport.ts"
+import * as Worker from "../src/Worker.ts"
+import { FatalError, LeaseLost, RetryableError } from "../src/WorkerError.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Workers
+
+const Text = Schema.Struct({ text: Schema.String })
+const Words = Schema.Struct({ words: Schema.Number })
+type Text = typeof Text.Type
+type Words = typeof Words.Type
+
+const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+
+/** A `count-words` worker with the given handler. */
+const define = (
+  handler: Worker.Handler<Text, Words, never>,
+  options: { readonly timeout?: Duration.DurationInput } = {},
+) =>
+  Worker.make({
+    name: "count-words",
+    input: Text,
+    output: Words,
+    timeout: options.timeout ?? "10 seconds",
+    handler,
+  })
+
+const counting = define(({ text }) => Effect.succeed({ words: countWords(text) }))
+
+const INTERNAL_SENTENCE = "The worker failed while running the task."
+
+// ---------------------------------------------------------------------------------------------
+// Log capture: every line with its message, level and annotations.
+
+interface LogLine {
+  readonly level: string
+  readonly message: string
+  readonly annotations: Readonly<Record<string, unknown>>
+}
+
+interface Logs {
+  readonly lines: ReadonlyArray<LogLine>
+  /** The decision lines, of one task when `taskId` is given. */
+  readonly settled: (taskId?: string) => ReadonlyArray<LogLine>
+}
+
+const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.suspend(() => {
+    const lines: Array<LogLine> = []
+    const logger = Logger.make(({ annotations, logLevel, message }) => {
+      lines.push({
+        level: logLevel.label,
+        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+        annotations: Object.fromEntries(HashMap.toEntries(annotations)),
+      })
+    })
+    const logs: Logs = {
+      lines,
+      settled: (taskId) =>
+        lines.filter((l) =>
+          l.message.startsWith("Delivery settled:") &&
+          (taskId === undefined || l.annotations.task_id === taskId)
+        ),
+    }
+    return Effect.provide(body(logs), Logger.replace(Logger.defaultLogger, logger))
+  })
+
+interface ExpectedDecision {
+  readonly outcome: string
+  readonly action: string
+  readonly taskId?: string
+  readonly code?: string
+  readonly attempt?: number
+  readonly deliveryLimit?: number
+  readonly reason?: string
+}
+
+/** Exactly one decision line for the task (for the whole test when `taskId` is absent). */
+const expectSettled = (logs: Logs, expected: ExpectedDecision): LogLine => {
+  const lines = logs.settled(expected.taskId)
+  expect(lines.map((l) => l.message), "exactly one decision line per delivery").toHaveLength(1)
+  const line = lines[0]!
+  expect(line.level).toBe("INFO")
+  let text = `Delivery settled: outcome=${expected.outcome} action=${expected.action}`
+  if (expected.code !== undefined) text += ` code=${expected.code}`
+  expect(line.message.startsWith(text), `${line.message} starts with ${text}`).toBe(true)
+  expect(line.annotations.outcome).toBe(expected.outcome)
+  expect(line.annotations.action).toBe(expected.action)
+  expect(line.annotations.code).toBe(expected.code)
+  expect(line.annotations.task_id).toBe(expected.taskId)
+  expect(line.annotations.service).toBe("count-words")
+  if (expected.attempt !== undefined) {
+    expect(line.annotations.attempt).toBe(expected.attempt)
+    expect(line.annotations.delivery_limit).toBe(expected.deliveryLimit ?? 5)
+    expect(line.message).toContain(`attempt=${expected.attempt}/${expected.deliveryLimit ?? 5}`)
+  }
+  if (expected.reason !== undefined) expect(line.annotations.reason).toBe(expected.reason)
+  return line
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/** Yields until `check` holds; dies if it never does. */
+const waitUntil = (check: () => boolean, what: string) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 2000; i++) {
+      if (check()) return
+      yield* Effect.yieldNow()
+    }
+    return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
+  })
+
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+
+const decoder = new TextDecoder()
+const decode = (body: Uint8Array) => JSON.parse(decoder.decode(body)) as WireMessage
+
+const envelope = (taskId: string, body: unknown) =>
+  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
+
+/**
+ * The engine of `worker` built by hand over a MemoryBroker, for what the harness does not
+ * expose: leases, classic queues, and a transport or delivery wrapped to watch the order of
+ * publishes and acks.
+ */
+const makeEngine = <A, I, O>(
+  worker: Worker.Worker<A, I, O, never>,
+  options: {
+    readonly overrides?: Settings.SettingsOverrides
+    readonly wrap?: (transport: Transport["Type"]) => Transport["Type"]
+  } = {},
+) =>
+  Effect.gen(function* () {
+    const settings = yield* Settings.make(
+      { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+      options.overrides,
+    )
+    // Leases are reaped each second: fine enough for the lease tests, and few enough sleeps
+    // for the TestClock to step through.
+    const broker = yield* MemoryBroker.make({ reapInterval: "1 second" })
+    const inner = yield* broker.transport({
+      inQueue: settings.inQueue,
+      outQueue: settings.outQueue,
+      capacity: 0,
+    })
+    const transport = options.wrap === undefined ? inner : options.wrap(inner)
+    const engine = yield* DeliveryEngine.make(worker).pipe(
+      Effect.provide(Layer.merge(ProgressThrottle.layer, LeaseRenewal.layer)),
+      Effect.provideService(Settings.Settings, settings),
+      Effect.provideService(Transport, transport),
+    )
+    /** Publishes a task on the input queue and takes it back as a delivery, as basic.get does. */
+    const take = (
+      taskId: string,
+      body: unknown,
+      o: {
+        readonly deliveryCount?: number
+        readonly leaseDuration?: Duration.DurationInput
+        readonly classic?: boolean
+      } = {},
+    ) =>
+      Effect.gen(function* () {
+        yield* broker.publish(settings.inQueue, envelope(taskId, body), {
+          ...(o.deliveryCount === undefined ? {} : { deliveryCount: o.deliveryCount }),
+        }).pipe(Effect.orDie)
+        const delivery = yield* broker.get(settings.inQueue, {
+          ...(o.leaseDuration === undefined ? {} : { leaseDuration: o.leaseDuration }),
+          ...(o.classic === undefined ? {} : { classic: o.classic }),
+        })
+        return Option.getOrThrow(delivery)
+      })
+    const outbound = Effect.map(
+      broker.published(settings.outQueue),
+      (messages) => messages.map((m) => decode(m.body)),
+    )
+    return { settings, broker, engine, take, outbound }
+  })
+
+/** A delivery whose settlements are recorded in `log`. */
+const recorded = (delivery: Delivery, log: Array<string>): Delivery => ({
+  ...delivery,
+  ack: Effect.sync(() => log.push("ack")).pipe(Effect.zipRight(delivery.ack)),
+  requeue: Effect.sync(() => log.push("requeue")).pipe(Effect.zipRight(delivery.requeue)),
+})
+
+// ---------------------------------------------------------------------------------------------
+
+describe("DeliveryEngine", () => {
+  describe("failure codes the SDK itself emits", () => {
+    it.scoped("an Effect handler's FatalError concludes with its own code and message", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() =>
+            Effect.fail(
+              new FatalError({ code: "EMPTY_TEXT", message: "There is nothing to count." }),
+            )
+          )
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submit({ text: "" }, { taskId: "t-fatal" })
+          run.assertFailed({ code: "EMPTY_TEXT" })
+          expect(run.messageTypes).toEqual(["started", "failure"])
+          expect(run.error).toEqual({ code: "EMPTY_TEXT", message: "There is nothing to count." })
+          expect(decoder.decode(run.raw[1]!)).toBe(
+            '{"task_id":"t-fatal","data":{"message_type":"failure","error_message":{"code":"EMPTY_TEXT","message":"There is nothing to count."}}}',
+          )
+          const line = expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-fatal",
+            code: "EMPTY_TEXT",
+            attempt: 1,
+          })
+          expect(line.message).toBe(
+            "Delivery settled: outcome=failure action=conclude code=EMPTY_TEXT attempt=1/5",
+          )
+        })
+      ))
+
+    it.scoped("an async handler's thrown FatalError concludes with its own code and message", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(async () => {
+            await Promise.resolve()
+            throw new FatalError({ code: "NOT_ALLOWED", message: "This text may not be counted." })
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submit({ text: "x" }, { taskId: "t-fatal-async" })
+          run.assertFailed({ code: "NOT_ALLOWED" })
+          expect(run.error).toEqual({
+            code: "NOT_ALLOWED",
+            message: "This text may not be counted.",
+          })
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-fatal-async",
+            code: "NOT_ALLOWED",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("a FatalError whose code breaks the code pattern concludes INTERNAL_ERROR", () =>
+      Effect.gen(function* () {
+        const worker = define(() =>
+          Effect.fail(new FatalError({ code: "not-a-code", message: "lower case" }))
+        )
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({ text: "x" })
+        run.assertFailed({ code: "INTERNAL_ERROR" })
+        expect(run.error?.message).toBe(INTERNAL_SENTENCE)
+      }))
+
+    it.scoped("a RetryableError at the last attempt concludes with its own code and message", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.fail(
+              new RetryableError({ code: "UPSTREAM_DOWN", message: "The OCR service is down." }),
+            )
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          // x-delivery-count 4: the fifth attempt, the last of five.
+          const run = yield* harness.submit({ text: "x" }, { taskId: "t-last", deliveryCount: 4 })
+          expect(runs).toBe(1)
+          run.assertFailed({ code: "UPSTREAM_DOWN" })
+          expect(run.error).toEqual({ code: "UPSTREAM_DOWN", message: "The OCR service is down." })
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-last",
+            code: "UPSTREAM_DOWN",
+            attempt: 5,
+          })
+        })
+      ))
+
+    it.scoped("a RetryableError without a code at the last attempt concludes RETRY_EXHAUSTED", () =>
+      Effect.gen(function* () {
+        const worker = define(async () => {
+          await Promise.resolve()
+          throw new RetryableError({})
+        })
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({ text: "x" }, { deliveryCount: 4 })
+        run.assertFailed({ code: "RETRY_EXHAUSTED" })
+        expect(run.error?.message).toBe("The task failed on each of its 5 attempts.")
+      }))
+
+    it.scoped("INVALID_MESSAGE: a malformed envelope that names its task, without `started`", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.succeed({ words: 0 })
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submitRaw(
+            JSON.stringify({ task_id: "t-malformed", data: { message_type: "submission" } }),
+          )
+          expect(runs).toBe(0)
+          expect(run.outcome).toBe("ACKED")
+          expect(run.messageTypes).toEqual(["failure"])
+          expect(run.messages[0]!.task_id).toBe("t-malformed")
+          expect(run.error?.code).toBe("INVALID_MESSAGE")
+          expect(run.error?.message).toContain("data.body is missing")
+          expectSettled(logs, {
+            outcome: "poison",
+            action: "conclude",
+            taskId: "t-malformed",
+            code: "INVALID_MESSAGE",
+            reason: "invalid_envelope",
+          })
+        })
+      ))
+
+    it.scoped("INVALID_INPUT names the path of the problem and never its value", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const secret = "sk_live_51HxSECRETvalue9f8e7d"
+          let runs = 0
+          const worker = Worker.make({
+            name: "count-words",
+            input: Schema.Struct({ text: Schema.String, language: Schema.Literal("en", "fr") }),
+            output: Words,
+            timeout: "10 seconds",
+            handler: () => {
+              runs++
+              return Effect.succeed({ words: 0 })
+            },
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submit(
+            { text: "hello", language: secret },
+            { taskId: "t-input" },
+          )
+          expect(runs).toBe(0)
+          run.assertFailed({ code: "INVALID_INPUT" })
+          expect(run.error!.message).toContain("language")
+          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain(secret)
+          for (const line of logs.lines) {
+            expect(line.message).not.toContain(secret)
+            expect(JSON.stringify(line.annotations)).not.toContain(secret)
+          }
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-input",
+            code: "INVALID_INPUT",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("INVALID_OUTPUT: the output does not match the output schema", () =>
+      Effect.gen(function* () {
+        const worker = define(() => Effect.succeed({ words: "three" } as unknown as Words))
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({ text: "one two three" })
+        run.assertFailed({ code: "INVALID_OUTPUT" })
+        expect(run.messageTypes).toEqual(["started", "failure"])
+        expect(run.error!.message).toContain("words")
+        expect(run.error!.message).not.toContain("three")
+      }))
+
+    it.scoped("INVALID_OUTPUT: a non-finite number is never written, not even as null", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = Worker.make({
+            name: "count-words",
+            input: Text,
+            output: Schema.Struct({ stats: Schema.Struct({ ratio: Schema.Number }) }),
+            timeout: "10 seconds",
+            handler: () => Effect.succeed({ stats: { ratio: 0 / 0 } }),
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submit({ text: "" }, { taskId: "t-nan" })
+          run.assertFailed({ code: "INVALID_OUTPUT" })
+          expect(run.messageTypes).toEqual(["started", "failure"])
+          expect(run.error!.message).toContain("stats.ratio")
+          expect(run.error!.message).toContain("non-finite")
+          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("null")
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-nan",
+            code: "INVALID_OUTPUT",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("INVALID_OUTPUT: an output that is not a JSON object", () =>
+      Effect.gen(function* () {
+        const worker = Worker.make({
+          name: "count-words",
+          input: Text,
+          output: Schema.String,
+          timeout: "10 seconds",
+          handler: ({ text }) => Effect.succeed(text.toUpperCase()),
+        })
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({ text: "hello" })
+        run.assertFailed({ code: "INVALID_OUTPUT" })
+        expect(run.messageTypes).toEqual(["started", "failure"])
+        expect(run.error!.message).toContain("not a JSON object")
+      }))
+
+    it.scoped("TASK_TIMEOUT: an Effect handler is interrupted at its time limit", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let entered = false
+          let finalized = false
+          const worker = define(
+            () =>
+              Effect.sync(() => (entered = true)).pipe(
+                Effect.zipRight(Effect.sleep("60 seconds")),
+                Effect.as({ words: 0 }),
+                Effect.ensuring(Effect.sync(() => (finalized = true))),
+              ),
+            { timeout: "10 seconds" },
+          )
+          const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
+          const fiber = yield* Effect.fork(harness.submit({ text: "slow" }, { taskId: "t-slow" }))
+          yield* waitUntil(() => entered, "the handler runs")
+          yield* TestClock.adjust("9999 millis")
+          expect(yield* isDone(fiber)).toBe(false)
+          expect(finalized).toBe(false)
+          yield* TestClock.adjust("1 millis")
+          const run = yield* Fiber.join(fiber)
+          run.assertFailed({ code: "TASK_TIMEOUT" })
+          expect(run.error!.message).toBe("The task ran past its time limit of 10s.")
+          expect(finalized).toBe(true)
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-slow",
+            code: "TASK_TIMEOUT",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("TASK_TIMEOUT: an async handler's signal is aborted at its time limit", () =>
+      Effect.gen(function* () {
+        let ctx: TaskContext | undefined
+        const worker = define(async (_input, c) => {
+          ctx = c
+          await new Promise<void>((resolve) =>
+            c.signal.addEventListener("abort", () => resolve(), { once: true })
+          )
+          return { words: 0 }
+        }, { timeout: "5 seconds" })
+        const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
+        const fiber = yield* Effect.fork(harness.submit({ text: "slow" }))
+        yield* waitUntil(() => ctx !== undefined, "the handler runs")
+        expect(ctx!.signal.aborted).toBe(false)
+        yield* TestClock.adjust("5 seconds")
+        const run = yield* Fiber.join(fiber)
+        run.assertFailed({ code: "TASK_TIMEOUT" })
+        expect(run.messageTypes).toEqual(["started", "failure"])
+        expect(ctx!.signal.aborted).toBe(true)
+        expect(ctx!.signal.reason).toBe("The task ran past its time limit")
+      }))
+
+    const unexpected: ReadonlyArray<
+      readonly [string, string, Worker.Handler<Text, Words, never>]
+    > = [
+      ["a thrown Error", "Error", async () => {
+        await Promise.resolve()
+        throw new Error("connection to db://admin:hunter2@db failed")
+      }],
+      [
+        "a defect (Effect.die)",
+        "Error",
+        () => Effect.die(new Error("connection to db://admin:hunter2@db failed")),
+      ],
+      [
+        "a failure with a plain string",
+        "string",
+        () => Effect.fail("connection to db://admin:hunter2@db failed"),
+      ],
+    ]
+    for (const [what, name, handler] of unexpected) {
+      it.scoped(`INTERNAL_ERROR: ${what} concludes with the fixed sentence, never its text`, () =>
+        withLogs((logs) =>
+          Effect.gen(function* () {
+            const harness = yield* WorkerHarness.make(define(handler))
+            const run = yield* harness.submit({ text: "x" }, { taskId: "t-internal" })
+            run.assertFailed({ code: "INTERNAL_ERROR" })
+            expect(run.error!.message).toBe(INTERNAL_SENTENCE)
+            for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+            for (const line of logs.lines) {
+              expect(line.message).not.toContain("hunter2")
+              expect(JSON.stringify(line.annotations)).not.toContain("hunter2")
+            }
+            const error = logs.lines.find((l) => l.level === "ERROR")
+            expect(error?.message).toBe(`The handler failed with an unexpected ${name}`)
+            expect(error?.annotations.task_id).toBe("t-internal")
+            expectSettled(logs, {
+              outcome: "failure",
+              action: "conclude",
+              taskId: "t-internal",
+              code: "INTERNAL_ERROR",
+              attempt: 1,
+            })
+          })
+        ))
+    }
+
+    it.scoped("TASK_ABANDONED_AFTER_REDELIVERIES: past the delivery limit, without running", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.succeed({ words: 0 })
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          // x-delivery-count 5 with WORKER_DELIVERY_LIMIT 5: this is the sixth attempt.
+          const run = yield* harness.submit({ text: "x" }, { taskId: "t-loop", deliveryCount: 5 })
+          expect(runs).toBe(0)
+          expect(run.messageTypes).toEqual(["failure"])
+          run.assertFailed({ code: "TASK_ABANDONED_AFTER_REDELIVERIES" })
+          expect(run.error!.message).toContain("6 times")
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-loop",
+            code: "TASK_ABANDONED_AFTER_REDELIVERIES",
+            attempt: 6,
+          })
+        })
+      ))
+  })
+
+  describe("the decision line", () => {
+    it.scoped("success: the response is published, then the delivery is acked", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(counting)
+          const run = yield* harness.submit({ text: "one two three" }, { taskId: "t-ok" })
+          run.assertSucceeded()
+          expect(run.response).toEqual({ words: 3 })
+          expect(run.messageTypes).toEqual(["started", "success"])
+          expect(decoder.decode(run.raw[1]!)).toBe(
+            '{"task_id":"t-ok","data":{"message_type":"success","response":{"words":3}}}',
+          )
+          const line = expectSettled(logs, {
+            outcome: "success",
+            action: "conclude",
+            taskId: "t-ok",
+            attempt: 1,
+          })
+          expect(line.message).toBe("Delivery settled: outcome=success action=conclude attempt=1/5")
+        })
+      ))
+
+    it.scoped("poison: a message with no task id is acked with nothing published", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(counting)
+          const run = yield* harness.submitRaw("{ not json")
+          expect(run.outcome).toBe("ACKED")
+          expect(run.messages).toEqual([])
+          const line = expectSettled(logs, { outcome: "poison", action: "ack", reason: "not_json" })
+          expect(line.message).toBe("Delivery settled: outcome=poison action=ack reason=not_json")
+          expect(line.annotations.task_id).toBeUndefined()
+          expect(logs.lines.some((l) => l.message.includes("not json"))).toBe(false)
+        })
+      ))
+
+    it.scoped("shutdown_requeued: an interrupted delivery interrupts its handler and requeues", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let ctx: TaskContext | undefined
+          let interrupted = false
+          const worker = define((_input, c) => {
+            ctx = c
+            return Effect.never.pipe(
+              Effect.onInterrupt(() => Effect.sync(() => (interrupted = true))),
+            )
+          })
+          const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
+          const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "t-stop" }))
+          yield* waitUntil(() => ctx !== undefined, "the handler runs")
+          yield* Fiber.interrupt(fiber)
+          expect(interrupted).toBe(true)
+          expect(ctx!.signal.aborted).toBe(true)
+          expect(ctx!.signal.reason).toBe("The task was stopped")
+          // Requeued, counted as a redelivery, and nothing terminal published.
+          expect(yield* harness.broker.ready(harness.settings.inQueue)).toBe(1)
+          const out = yield* harness.broker.published(harness.settings.outQueue)
+          expect(out.map((m) => m.type)).toEqual(["started"])
+          expectSettled(logs, {
+            outcome: "shutdown_requeued",
+            action: "nack-requeue",
+            taskId: "t-stop",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("engine_error: a transport defect requeues the delivery and logs the cause", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.succeed({ words: 0 })
+          })
+          const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type) =>
+                type === "started" ? Effect.die(new Error("channel bug")) : t.publish(body, type),
+            }),
+          })
+          const settlements: Array<string> = []
+          const delivery = recorded(yield* take("t-broken", { text: "x" }), settlements)
+          const decision = yield* engine.handle(delivery)
+          expect(decision).toMatchObject({ outcome: "engine_error", action: "nack-requeue" })
+          expect(runs).toBe(0)
+          expect(settlements).toEqual(["requeue"])
+          expect(yield* broker.ready(settings.inQueue)).toBe(1)
+          expect(yield* outbound).toEqual([])
+          expect(
+            logs.lines.some((l) =>
+              l.level === "ERROR" &&
+              l.message === "The delivery engine failed; the message is requeued"
+            ),
+          ).toBe(true)
+          expectSettled(logs, {
+            outcome: "engine_error",
+            action: "nack-requeue",
+            taskId: "t-broken",
+            attempt: 1,
+          })
+        })
+      ))
+  })
+
+  describe("attempts", () => {
+    it.scoped("a quorum queue's x-delivery-count n makes attempt n + 1 of the delivery limit", () =>
+      Effect.gen(function* () {
+        const seen: Array<readonly [number, number]> = []
+        const worker = define((_input, ctx) =>
+          Effect.sync(() => {
+            seen.push([ctx.attempt, ctx.deliveryLimit])
+            return { words: 0 }
+          })
+        )
+        const harness = yield* WorkerHarness.make(worker)
+        for (const deliveryCount of [0, 1, 4]) {
+          const run = yield* harness.submit({ text: "x" }, { deliveryCount })
+          run.assertSucceeded()
+        }
+        expect(seen).toEqual([[1, 5], [2, 5], [5, 5]])
+      }))
+
+    it.scoped("before the last attempt a RetryableError requeues; at it, it concludes", () =>
+      Effect.gen(function* () {
+        const worker = define(() => Effect.fail(new RetryableError({ code: "BUSY" })))
+        const harness = yield* WorkerHarness.make(worker, {
+          settingsOverrides: { deliveryLimit: 3 },
+        })
+        const second = yield* harness.submit({ text: "x" }, { deliveryCount: 1 })
+        expect(second.outcome).toBe("NACKED_REQUEUE")
+        expect(second.messageTypes).toEqual(["started"])
+        const third = yield* harness.submit({ text: "x" }, { deliveryCount: 2 })
+        third.assertFailed({ code: "BUSY" })
+      }))
+
+    it.scoped("a classic queue's redelivered flag: attempt 1, then 2 of 2, warned once", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const seen: Array<readonly [number, number]> = []
+          const worker = define((_input, ctx) => {
+            seen.push([ctx.attempt, ctx.deliveryLimit])
+            return Effect.fail(new RetryableError({ code: "BUSY", message: "Try later." }))
+          })
+          const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
+            overrides: { retryBackoffBase: 0, retryBackoffMax: 0 },
+          })
+          const first = yield* engine.handle(
+            yield* take("t-classic", { text: "x" }, { classic: true }),
+          )
+          expect(first).toMatchObject({
+            outcome: "retry",
+            action: "nack-requeue",
+            attempt: 1,
+            deliveryLimit: 2,
+          })
+          // The broker redelivers the requeued message with only its redelivered flag set.
+          const redelivered = Option.getOrThrow(
+            yield* broker.get(settings.inQueue, { classic: true }),
+          )
+          expect(redelivered.redeliveries).toEqual(Redeliveries.Flagged({ redelivered: true }))
+          const again = yield* engine.handle(redelivered)
+          expect(again).toMatchObject({
+            outcome: "failure",
+            action: "conclude",
+            code: "BUSY",
+            attempt: 2,
+            deliveryLimit: 2,
+          })
+          expect(seen).toEqual([[1, 2], [2, 2]])
+          const failures = (yield* outbound).filter((m) => m.data.message_type === "failure")
+          expect(failures.map((m) => [m.task_id, m.data.error_message])).toEqual([
+            ["t-classic", { code: "BUSY", message: "Try later." }],
+          ])
+          const warnings = logs.lines.filter((l) => l.message.includes("classic queue"))
+          expect(warnings).toHaveLength(1)
+          expect(warnings[0]!.level).toBe("WARN")
+        })
+      ))
+  })
+
+  describe("retry backoff", () => {
+    const retrying = (entered: { count: number }, delay?: Duration.DurationInput) =>
+      define(() => {
+        entered.count++
+        return Effect.fail(new RetryableError({ code: "BUSY", delay }))
+      })
+
+    /** Runs one retried delivery and measures, in steps of `step`, when it was requeued. */
+    const measure = (
+      harness: WorkerHarness.WorkerHarness,
+      deliveryCount: number,
+      step: Duration.DurationInput,
+    ) =>
+      Effect.gen(function* () {
+        const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { deliveryCount }))
+        const stepMillis = Duration.toMillis(Duration.decode(step))
+        let elapsed = 0
+        while (!(yield* isDone(fiber))) {
+          yield* TestClock.adjust(stepMillis)
+          elapsed += stepMillis
+          if (elapsed > 600_000) return yield* Effect.dieMessage("never requeued")
+        }
+        const run = yield* Fiber.join(fiber)
+        expect(run.outcome).toBe("NACKED_REQUEUE")
+        expect(run.messageTypes).toEqual(["started"])
+        expect(run.error).toBeUndefined()
+        return elapsed
+      })
+
+    const overrides = { retryBackoffBase: "1 second", retryBackoffMax: "60 seconds" } as const
+
+    it.scoped("attempt 1 waits between half and all of the base before the requeue", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const entered = { count: 0 }
+          const harness = yield* WorkerHarness.make(retrying(entered), {
+            clock: "ambient",
+            settingsOverrides: overrides,
+          })
+          const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "t-retry" }))
+          yield* TestClock.adjust("490 millis")
+          expect(entered.count).toBe(1)
+          expect(yield* isDone(fiber)).toBe(false)
+          expect(yield* harness.broker.unacked(harness.settings.inQueue)).toBe(1)
+          yield* TestClock.adjust("510 millis")
+          const run = yield* Fiber.join(fiber)
+          expect(run.outcome).toBe("NACKED_REQUEUE")
+          expect(run.messageTypes).toEqual(["started"])
+          expectSettled(logs, {
+            outcome: "retry",
+            action: "nack-requeue",
+            taskId: "t-retry",
+            code: "BUSY",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("each requeue of attempt 1 lands in [0.5 s, 1 s]", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(retrying({ count: 0 }), {
+          clock: "ambient",
+          settingsOverrides: overrides,
+        })
+        for (let i = 0; i < 3; i++) {
+          const elapsed = yield* measure(harness, 0, "10 millis")
+          expect(elapsed).toBeGreaterThanOrEqual(500)
+          expect(elapsed).toBeLessThanOrEqual(1000)
+        }
+      }))
+
+    it.scoped("attempt 3 waits between 2 s and 4 s", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(retrying({ count: 0 }), {
+          clock: "ambient",
+          settingsOverrides: overrides,
+        })
+        for (let i = 0; i < 3; i++) {
+          const elapsed = yield* measure(harness, 2, "50 millis")
+          expect(elapsed).toBeGreaterThanOrEqual(2000)
+          expect(elapsed).toBeLessThanOrEqual(4000)
+        }
+      }))
+
+    it.scoped("the backoff is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
+      Effect.gen(function* () {
+        // Attempt 5 of 10 would wait 8 to 16 s uncapped: 2.5 to 5 s capped.
+        const capped = yield* WorkerHarness.make(retrying({ count: 0 }), {
+          clock: "ambient",
+          settingsOverrides: {
+            retryBackoffBase: "1 second",
+            retryBackoffMax: "5 seconds",
+            deliveryLimit: 10,
+          },
+        })
+        const elapsed = yield* measure(capped, 4, "100 millis")
+        expect(elapsed).toBeGreaterThanOrEqual(2500)
+        expect(elapsed).toBeLessThanOrEqual(5000)
+      }))
+
+    it.scoped("the error's own delay replaces the backoff, exactly", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(retrying({ count: 0 }, "7 seconds"), {
+          clock: "ambient",
+          settingsOverrides: overrides,
+        })
+        const fiber = yield* Effect.fork(harness.submit({ text: "x" }))
+        yield* TestClock.adjust("6999 millis")
+        expect(yield* isDone(fiber)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        const run = yield* Fiber.join(fiber)
+        expect(run.outcome).toBe("NACKED_REQUEUE")
+        expect(run.messageTypes).toEqual(["started"])
+      }))
+
+    it.scoped("the error's own delay is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(retrying({ count: 0 }, "2 hours"), {
+          clock: "ambient",
+          settingsOverrides: { retryBackoffBase: "1 second", retryBackoffMax: "10 seconds" },
+        })
+        const fiber = yield* Effect.fork(harness.submit({ text: "x" }))
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(fiber)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        const run = yield* Fiber.join(fiber)
+        expect(run.outcome).toBe("NACKED_REQUEUE")
+      }))
+
+    it.effect("backoff: equal jitter between half and all of base * 2^(attempt - 1)", () =>
+      Effect.gen(function* () {
+        const settings = {
+          retryBackoffBase: Duration.seconds(1),
+          retryBackoffMax: Duration.seconds(60),
+        }
+        const at = (attempt: number, r: number, delay?: Duration.DurationInput) =>
+          DeliveryEngine.backoff(settings, attempt, delay).pipe(
+            Effect.map(Duration.toMillis),
+            Effect.withRandom(Random.fixed([r])),
+          )
+        expect(yield* at(1, 0)).toBe(500)
+        expect(yield* at(1, 0.999)).toBeCloseTo(999.5)
+        expect(yield* at(3, 0)).toBe(2000)
+        expect(yield* at(3, 0.5)).toBe(3000)
+        expect(yield* at(10, 0)).toBe(30_000)
+        expect(yield* at(10, 0.999)).toBeLessThan(60_000)
+        expect(yield* at(1, 0.5, "7 seconds")).toBe(7000)
+        expect(yield* at(1, 0.5, Duration.minutes(5))).toBe(60_000)
+      }))
+  })
+
+  describe("publishing", () => {
+    it.scoped("a terminal publish that fails is not acked: the delivery is requeued", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(counting)
+          yield* harness.failNextPublish("success")
+          const run = yield* harness.submit({ text: "a b" }, { taskId: "t-unconfirmed" })
+          expect(run.outcome).toBe("NACKED_REQUEUE")
+          expect(run.messageTypes).toEqual(["started"])
+          expectSettled(logs, {
+            outcome: "publish_failed",
+            action: "nack-requeue",
+            taskId: "t-unconfirmed",
+            attempt: 1,
+          })
+          // The task runs again, and this time concludes.
+          const again = yield* harness.submit({ text: "a b" }, { deliveryCount: 1 })
+          again.assertSucceeded()
+        })
+      ))
+
+    it.scoped("a `started` publish that fails requeues the delivery without running the handler", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.succeed({ words: 0 })
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          yield* harness.failNextPublish("started")
+          const run = yield* harness.submit({ text: "x" }, { taskId: "t-no-start" })
+          expect(runs).toBe(0)
+          expect(run.outcome).toBe("NACKED_REQUEUE")
+          expect(run.messages).toEqual([])
+          expectSettled(logs, {
+            outcome: "publish_failed",
+            action: "nack-requeue",
+            taskId: "t-no-start",
+            attempt: 1,
+            reason: "started",
+          })
+        })
+      ))
+
+    it.scoped("the terminal message is confirmed before the delivery is acked", () =>
+      Effect.gen(function* () {
+        const log: Array<string> = []
+        const { engine, take } = yield* makeEngine(counting, {
+          wrap: (t) => ({
+            ...t,
+            publish: (body, type: MessageType) =>
+              Effect.sync(() => log.push(`publish:${type}`)).pipe(
+                Effect.zipRight(t.publish(body, type)),
+                Effect.tap(() => log.push(`confirmed:${type}`)),
+              ),
+          }),
+        })
+        const decision = yield* engine.handle(recorded(yield* take("t-order", { text: "a" }), log))
+        expect(decision).toMatchObject({ outcome: "success", action: "conclude" })
+        expect(log).toEqual([
+          "publish:started",
+          "confirmed:started",
+          "publish:success",
+          "confirmed:success",
+          "ack",
+        ])
+      }))
+
+    it.scoped("a terminal publish never confirmed is never acked", () =>
+      Effect.gen(function* () {
+        const log: Array<string> = []
+        const confirm = yield* Deferred.make<void>()
+        const { broker, engine, settings, take } = yield* makeEngine(counting, {
+          wrap: (t) => ({
+            ...t,
+            publish: (body, type) =>
+              type === "success"
+                ? Effect.sync(() => log.push(`publish:${type}`)).pipe(
+                  Effect.zipRight(Deferred.await(confirm)),
+                  Effect.zipRight(t.publish(body, type)),
+                )
+                : t.publish(body, type),
+          }),
+        })
+        const delivery = recorded(yield* take("t-hang", { text: "a" }), log)
+        const fiber = yield* Effect.fork(engine.handle(delivery))
+        yield* TestClock.adjust("5 minutes")
+        expect(yield* isDone(fiber)).toBe(false)
+        expect(log).toEqual(["publish:success"])
+        expect(yield* broker.unacked(settings.inQueue)).toBe(1)
+        // Once the broker confirms, and only then, the delivery is acked.
+        yield* Deferred.succeed(confirm, undefined)
+        const decision = yield* Fiber.join(fiber)
+        expect(decision).toMatchObject({ outcome: "success", action: "conclude" })
+        expect(log).toEqual(["publish:success", "ack"])
+        expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+      }))
+  })
+
+  describe("leases", () => {
+    const slow = (entered: { ctx?: TaskContext }, finalized: { value: boolean }) =>
+      define((_input, ctx) =>
+        Effect.sync(() => (entered.ctx = ctx)).pipe(
+          Effect.zipRight(Effect.sleep("50 seconds")),
+          Effect.as({ words: 1 }),
+          Effect.onInterrupt(() => Effect.sync(() => (finalized.value = true))),
+        ), { timeout: "120 seconds" })
+
+    it.scoped("a running task's lease is renewed when a third of it remains", () =>
+      Effect.gen(function* () {
+        const renewals: Array<number> = []
+        const { broker, engine, outbound, settings, take } = yield* makeEngine(
+          slow({}, { value: false }),
+        )
+        const taken = yield* take("t-long", { text: "a" }, { leaseDuration: "30 seconds" })
+        const delivery: Delivery = {
+          ...taken,
+          lease: {
+            ...taken.lease,
+            renew: Option.map(taken.lease.renew, (renew) =>
+              Effect.zipRight(
+                Clock.currentTimeMillis.pipe(Effect.map((now) => renewals.push(now))),
+                renew,
+              )),
+          },
+        }
+        const fiber = yield* Effect.fork(engine.handle(delivery))
+        yield* TestClock.adjust("50 seconds")
+        const decision = yield* Fiber.join(fiber)
+        expect(decision).toMatchObject({ outcome: "success", action: "conclude" })
+        expect(renewals).toEqual([20_000, 40_000])
+        expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started", "success"])
+        expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+        expect(yield* broker.ready(settings.inQueue)).toBe(0)
+      }))
+
+    it.scoped("a lease that expires mid-task is fenced: interrupted, nothing published, no ack", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const entered: { ctx?: TaskContext } = {}
+          const finalized = { value: false }
+          const { broker, engine, outbound, settings, take } = yield* makeEngine(
+            slow(entered, finalized),
+          )
+          const taken = yield* take("t-expired", { text: "a" }, { leaseDuration: "30 seconds" })
+          const settlements: Array<string> = []
+          // A lease that cannot be renewed: the broker takes it back when it runs out.
+          const delivery = recorded(
+            { ...taken, lease: { ...taken.lease, renew: Option.none() } },
+            settlements,
+          )
+          const fiber = yield* Effect.fork(engine.handle(delivery))
+          yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
+          yield* TestClock.adjust("29 seconds")
+          expect(yield* isDone(fiber)).toBe(false)
+          yield* TestClock.adjust("2 seconds")
+          const decision = yield* Fiber.join(fiber)
+          expect(decision).toMatchObject({
+            outcome: "cancelled",
+            action: "nack-requeue",
+            reason: "lease_expired",
+          })
+          expect(finalized.value).toBe(true)
+          expect(entered.ctx!.signal.aborted).toBe(true)
+          expect(entered.ctx!.signal.reason).toBe("The task's lease was lost")
+          expect(settlements).toEqual([])
+          expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
+          // The broker itself requeued it, counted as a redelivery.
+          expect(yield* broker.ready(settings.inQueue)).toBe(1)
+          expectSettled(logs, {
+            outcome: "cancelled",
+            action: "nack-requeue",
+            taskId: "t-expired",
+            attempt: 1,
+            reason: "lease_expired",
+          })
+        })
+      ))
+
+    it.scoped("a renewal refused as lost is a lost lease: the async handler's signal fires", () =>
+      Effect.gen(function* () {
+        let ctx: TaskContext | undefined
+        const worker = define(async (_input, c) => {
+          ctx = c
+          await new Promise<void>((resolve) =>
+            c.signal.addEventListener("abort", () => resolve(), { once: true })
+          )
+          return { words: 1 }
+        }, { timeout: "120 seconds" })
+        const { engine, outbound, take } = yield* makeEngine(worker)
+        const taken = yield* take("t-refused", { text: "a" }, { leaseDuration: "30 seconds" })
+        const settlements: Array<string> = []
+        const delivery = recorded({
+          ...taken,
+          lease: {
+            ...taken.lease,
+            renew: Option.some(Effect.fail(new LeaseLost({ reason: "expired" }))),
+          },
+        }, settlements)
+        const fiber = yield* Effect.fork(engine.handle(delivery))
+        yield* waitUntil(() => ctx !== undefined, "the handler runs")
+        yield* TestClock.adjust("19 seconds")
+        expect(yield* isDone(fiber)).toBe(false)
+        expect(ctx!.signal.aborted).toBe(false)
+        // The renewal is due at 20 s (a third of 30 s remaining); it is refused.
+        yield* TestClock.adjust("1 second")
+        const decision = yield* Fiber.join(fiber)
+        expect(decision).toMatchObject({ outcome: "cancelled", action: "nack-requeue" })
+        expect(ctx!.signal.aborted).toBe(true)
+        expect(settlements).toEqual([])
+        expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
+      }))
+
+    it.scoped("a lease lost with its channel is fenced", () =>
+      Effect.gen(function* () {
+        const entered: { ctx?: TaskContext } = {}
+        const finalized = { value: false }
+        const { broker, engine, outbound, settings } = yield* makeEngine(slow(entered, finalized))
+        const channel = yield* Scope.make()
+        const consumer = yield* broker.transport({
+          inQueue: settings.inQueue,
+          outQueue: settings.outQueue,
+          capacity: 1,
+        }).pipe(Scope.extend(channel))
+        yield* broker.publish(settings.inQueue, envelope("t-closed", { text: "a" }))
+        const taken = Option.getOrThrow(yield* Stream.runHead(consumer.deliveries))
+        const settlements: Array<string> = []
+        const fiber = yield* Effect.fork(engine.handle(recorded(taken, settlements)))
+        yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
+        yield* Scope.close(channel, Exit.void)
+        const decision = yield* Fiber.join(fiber)
+        expect(decision).toMatchObject({
+          outcome: "cancelled",
+          action: "nack-requeue",
+          reason: "lease_channel_closed",
+        })
+        expect(finalized.value).toBe(true)
+        expect(entered.ctx!.signal.aborted).toBe(true)
+        expect(settlements).toEqual([])
+        expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
+        expect(yield* broker.ready(settings.inQueue)).toBe(1)
+      }))
+  })
+
+  describe("a handler's scope", () => {
+    const scopedWorker = (events: Array<string>, hold: Duration.DurationInput) =>
+      Worker.make({
+        name: "count-words",
+        input: Text,
+        output: Words,
+        timeout: "10 seconds",
+        // No Effect.scoped of its own: the handler requires a Scope, the task's.
+        handler: (_input, ctx) =>
+          Effect.acquireRelease(
+            Effect.sync(() => events.push(`open ${ctx.taskId}`)),
+            () => Effect.sync(() => events.push(`close ${ctx.taskId}`)),
+          ).pipe(Effect.zipRight(Effect.sleep(hold)), Effect.as({ words: 0 })),
+      })
+
+    it.scoped("is the task's: its resources are released when the task ends", () =>
+      Effect.gen(function* () {
+        const events: Array<string> = []
+        const harness = yield* WorkerHarness.make(scopedWorker(events, "1 millis"))
+        ;(yield* harness.submit({ text: "x" }, { taskId: "a" })).assertSucceeded()
+        expect(events).toEqual(["open a", "close a"])
+        ;(yield* harness.submit({ text: "x" }, { taskId: "b" })).assertSucceeded()
+        expect(events).toEqual(["open a", "close a", "open b", "close b"])
+      }))
+
+    it.scoped("is closed when the task times out, before the failure is published", () =>
+      Effect.gen(function* () {
+        const events: Array<string> = []
+        const harness = yield* WorkerHarness.make(scopedWorker(events, "1 minute"), {
+          clock: "ambient",
+        })
+        const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "slow" }))
+        yield* waitUntil(() => events.length === 1, "the handler runs")
+        yield* TestClock.adjust("10 seconds")
+        const run = yield* Fiber.join(fiber)
+        run.assertFailed({ code: "TASK_TIMEOUT" })
+        expect(events).toEqual(["open slow", "close slow"])
+      }))
+  })
+
+  describe("the task context", () => {
+    it.scoped("taskId, attempt, deliveryLimit, clientId and inputRefs reach the handler", () =>
+      Effect.gen(function* () {
+        let seen: Omit<TaskContext, "signal" | "progress"> | undefined
+        const worker = define(async (_input, ctx) => {
+          await Promise.resolve()
+          seen = {
+            taskId: ctx.taskId,
+            attempt: ctx.attempt,
+            deliveryLimit: ctx.deliveryLimit,
+            clientId: ctx.clientId,
+            inputRefs: ctx.inputRefs,
+          }
+          return { words: 0 }
+        })
+        const harness = yield* WorkerHarness.make(worker, {
+          settingsOverrides: { deliveryLimit: 4 },
+        })
+        const run = yield* harness.submit({ text: "x" }, {
+          taskId: "t-ctx",
+          clientId: "client-42",
+          inputRefs: ["s3://bucket/a.pdf", "s3://bucket/b.pdf"],
+          deliveryCount: 2,
+        })
+        run.assertSucceeded()
+        expect(seen).toEqual({
+          taskId: "t-ctx",
+          attempt: 3,
+          deliveryLimit: 4,
+          clientId: "client-42",
+          inputRefs: ["s3://bucket/a.pdf", "s3://bucket/b.pdf"],
+        })
+      }))
+
+    it.scoped("without client_id or input_refs the handler sees undefined and []", () =>
+      Effect.gen(function* () {
+        let seen: readonly [string | undefined, ReadonlyArray<string>] | undefined
+        const worker = define((_input, ctx) =>
+          Effect.sync(() => {
+            seen = [ctx.clientId, ctx.inputRefs]
+            return { words: 0 }
+          })
+        )
+        const harness = yield* WorkerHarness.make(worker)
+        ;(yield* harness.submit({ text: "x" })).assertSucceeded()
+        expect(seen).toEqual([undefined, []])
+      }))
+
+    it.scoped("a handler's log lines carry task_id, service and attempt", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(({ text }) =>
+            Effect.logInfo("counting").pipe(Effect.as({ words: countWords(text) }))
+          )
+          const harness = yield* WorkerHarness.make(worker)
+          ;(yield* harness.submit({ text: "a b" }, { taskId: "t-logs", deliveryCount: 1 }))
+            .assertSucceeded()
+          const line = logs.lines.find((l) => l.message === "counting")
+          expect(line?.annotations).toMatchObject({
+            task_id: "t-logs",
+            service: "count-words",
+            attempt: 2,
+          })
+        })
+      ))
+  })
+})

@@ -1,0 +1,327 @@
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect, Option, Redacted } from "effect"
+import { hostname as osHostname } from "node:os"
+import { inspect } from "node:util"
+import * as Settings from "../src/Settings.ts"
+import { SettingsError } from "../src/WorkerError.ts"
+
+const definition: Settings.SettingsDefaults = { name: "count-words", timeout: Duration.minutes(5) }
+
+// The environment is simulated with a ConfigProvider: process.env is never read or written.
+const load = (
+  env: Record<string, string> = {},
+  overrides?: Settings.SettingsOverrides,
+  defaults: Settings.SettingsDefaults = definition,
+) =>
+  Settings.make(defaults, overrides).pipe(
+    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))),
+  )
+
+const loadError = (
+  env: Record<string, string> = {},
+  overrides?: Settings.SettingsOverrides,
+  defaults?: Settings.SettingsDefaults,
+) => Effect.flip(load(env, overrides, defaults))
+
+const millis = Duration.toMillis
+
+const PASSWORD = "s3cr3t-Pa55w0rd"
+const BROKER_URL = `amqp://worker:${PASSWORD}@rabbit.internal:5672/tasks`
+
+describe("Settings", () => {
+  describe("defaults", () => {
+    it.effect("follow the spec and the worker definition", () =>
+      Effect.gen(function* () {
+        const s = yield* load()
+        expect(s.inQueue).toBe("count-words_queue_in")
+        expect(s.outQueue).toBe("count-words_queue_out")
+        expect(s.concurrency).toBe(1)
+        expect(s.deliveryLimit).toBe(5)
+        expect(millis(s.retryBackoffBase)).toBe(1_000)
+        expect(millis(s.retryBackoffMax)).toBe(60_000)
+        expect(millis(s.consumerTimeout)).toBe(1_800_000)
+        expect(millis(s.shutdownGrace)).toBe(25_000)
+        expect(millis(s.shutdownHooksTimeout)).toBe(5_000)
+        expect(millis(s.progressMinInterval)).toBe(1_000)
+        expect(s.maxMessageBytes).toBe(16 * 1024 * 1024)
+        expect(millis(s.taskTimeout)).toBe(300_000)
+        expect(s.healthCheckHost).toBe("0.0.0.0")
+        expect(s.healthCheckPort).toBe(8083)
+        expect(s.hostname).toBe(osHostname())
+        expect(s.hostname.length).toBeGreaterThan(0)
+        expect(Option.isNone(s.brokerUrl)).toBe(true)
+      }))
+
+    it.effect("take the definition's concurrency", () =>
+      Effect.gen(function* () {
+        const s = yield* load({}, undefined, { ...definition, concurrency: 3 })
+        expect(s.concurrency).toBe(3)
+      }))
+  })
+
+  describe("environment", () => {
+    it.effect("is read for every key", () =>
+      Effect.gen(function* () {
+        const s = yield* load({
+          IN_QUEUE_NAME: "in-q",
+          OUT_QUEUE_NAME: "out-q",
+          WORKER_CONCURRENCY: "4",
+          WORKER_DELIVERY_LIMIT: "7",
+          WORKER_RETRY_BACKOFF_BASE_S: "0.5",
+          WORKER_RETRY_BACKOFF_MAX_S: "30",
+          WORKER_CONSUMER_TIMEOUT_S: "3600",
+          WORKER_SHUTDOWN_GRACE_S: "10",
+          WORKER_SHUTDOWN_HOOKS_TIMEOUT_S: "2",
+          WORKER_PROGRESS_MIN_INTERVAL_S: "0.25",
+          WORKER_MAX_MESSAGE_BYTES: "1048576",
+          WORKER_TASK_TIMEOUT_S: "120",
+          HOSTNAME: "pod-a",
+          HEALTH_CHECK_HOST: "127.0.0.1",
+          HEALTH_CHECK_PORT: "9000",
+        })
+        expect(s.inQueue).toBe("in-q")
+        expect(s.outQueue).toBe("out-q")
+        expect(s.concurrency).toBe(4)
+        expect(s.deliveryLimit).toBe(7)
+        expect(millis(s.retryBackoffBase)).toBe(500)
+        expect(millis(s.retryBackoffMax)).toBe(30_000)
+        expect(millis(s.consumerTimeout)).toBe(3_600_000)
+        expect(millis(s.shutdownGrace)).toBe(10_000)
+        expect(millis(s.shutdownHooksTimeout)).toBe(2_000)
+        expect(millis(s.progressMinInterval)).toBe(250)
+        expect(s.maxMessageBytes).toBe(1_048_576)
+        expect(millis(s.taskTimeout)).toBe(120_000)
+        expect(s.hostname).toBe("pod-a")
+        expect(s.healthCheckHost).toBe("127.0.0.1")
+        expect(s.healthCheckPort).toBe(9000)
+      }))
+
+    it.effect("wins over the definition's concurrency", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ WORKER_CONCURRENCY: "4" }, undefined, {
+          ...definition,
+          concurrency: 3,
+        })
+        expect(s.concurrency).toBe(4)
+      }))
+
+    it.effect("accepts a zero shutdown grace", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ WORKER_SHUTDOWN_GRACE_S: "0" })
+        expect(millis(s.shutdownGrace)).toBe(0)
+      }))
+  })
+
+  describe("overrides", () => {
+    it.effect("win over the environment", () =>
+      Effect.gen(function* () {
+        const s = yield* load(
+          {
+            WORKER_CONCURRENCY: "4",
+            WORKER_SHUTDOWN_GRACE_S: "10",
+            IN_QUEUE_NAME: "env-in",
+            HOSTNAME: "env-host",
+            BROKER_URL: "amqp://env:env@env-host/",
+          },
+          {
+            concurrency: 2,
+            shutdownGrace: "3 seconds",
+            inQueue: "code-in",
+            hostname: "code-host",
+            brokerUrl: BROKER_URL,
+          },
+        )
+        expect(s.concurrency).toBe(2)
+        expect(millis(s.shutdownGrace)).toBe(3_000)
+        expect(s.inQueue).toBe("code-in")
+        expect(s.hostname).toBe("code-host")
+        expect(Option.map(s.brokerUrl, Redacted.value)).toEqual(Option.some(BROKER_URL))
+      }))
+
+    it.effect("take a bare number as milliseconds", () =>
+      Effect.gen(function* () {
+        const s = yield* load({}, { retryBackoffBase: 250, retryBackoffMax: Duration.seconds(2) })
+        expect(millis(s.retryBackoffBase)).toBe(250)
+        expect(millis(s.retryBackoffMax)).toBe(2_000)
+      }))
+
+    it.effect("mean the environment is not consulted for that key", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ WORKER_CONCURRENCY: "lots" }, { concurrency: 2 })
+        expect(s.concurrency).toBe(2)
+      }))
+
+    it.effect("are validated like the environment", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({}, { concurrency: 1.5, shutdownGrace: -1 })
+        expect(error.problems).toHaveLength(2)
+        expect(error.problems[0]).toContain("concurrency")
+        expect(error.problems[1]).toContain("shutdownGrace")
+      }))
+  })
+
+  describe("BROKER_URL", () => {
+    it.effect("is read as a Redacted value", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ BROKER_URL })
+        expect(Option.isSome(s.brokerUrl)).toBe(true)
+        if (Option.isSome(s.brokerUrl)) {
+          expect(Redacted.isRedacted(s.brokerUrl.value)).toBe(true)
+          expect(Redacted.value(s.brokerUrl.value)).toBe(BROKER_URL)
+        }
+      }))
+
+    it.effect("never shows its password when printed or serialized", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ BROKER_URL })
+        const renderings = [
+          String(s),
+          JSON.stringify(s),
+          inspect(s, { depth: 10 }),
+          String(s.brokerUrl),
+          JSON.stringify(s.brokerUrl),
+          inspect(s.brokerUrl, { depth: 10 }),
+        ]
+        if (Option.isSome(s.brokerUrl)) {
+          renderings.push(String(s.brokerUrl.value), JSON.stringify(s.brokerUrl.value))
+        }
+        for (const rendering of renderings) expect(rendering).not.toContain(PASSWORD)
+        expect(JSON.stringify(s)).toContain("<redacted>")
+      }))
+
+    it.effect("never shows its password in a settings error", () =>
+      Effect.gen(function* () {
+        for (const brokerUrl of [{ BROKER_URL }, {}]) {
+          const error = yield* loadError(
+            { ...brokerUrl, WORKER_CONCURRENCY: "0", WORKER_TASK_TIMEOUT_S: "1800" },
+            brokerUrl.BROKER_URL === undefined ? { brokerUrl: BROKER_URL } : undefined,
+          )
+          expect(error.problems.length).toBeGreaterThan(0)
+          for (const rendering of [error.message, String(error), JSON.stringify(error)]) {
+            expect(rendering).not.toContain(PASSWORD)
+          }
+        }
+      }))
+  })
+
+  describe("validation", () => {
+    it.effect("lists every problem at once, parse errors and range errors together", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({
+          WORKER_CONCURRENCY: "many",
+          WORKER_DELIVERY_LIMIT: "0",
+          WORKER_SHUTDOWN_GRACE_S: "-1",
+          WORKER_PROGRESS_MIN_INTERVAL_S: "soon",
+          WORKER_MAX_MESSAGE_BYTES: "1.5",
+          HEALTH_CHECK_PORT: "70000",
+          WORKER_CONSUMER_TIMEOUT_S: "0",
+        })
+        expect(error).toBeInstanceOf(SettingsError)
+        expect(error._tag).toBe("SettingsError")
+        const expected = [
+          "WORKER_CONCURRENCY",
+          "WORKER_DELIVERY_LIMIT",
+          "WORKER_SHUTDOWN_GRACE_S",
+          "WORKER_PROGRESS_MIN_INTERVAL_S",
+          "WORKER_MAX_MESSAGE_BYTES",
+          "HEALTH_CHECK_PORT",
+          "WORKER_CONSUMER_TIMEOUT_S",
+        ]
+        expect(error.problems).toHaveLength(expected.length)
+        for (const key of expected) {
+          expect(error.problems.filter((problem) => problem.includes(key))).toHaveLength(1)
+          expect(error.message).toContain(key)
+        }
+        expect(error.message.startsWith("Invalid worker settings: ")).toBe(true)
+      }))
+
+    it.effect("lists several parse errors", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ WORKER_CONCURRENCY: "x", WORKER_TASK_TIMEOUT_S: "y" })
+        expect(error.problems).toHaveLength(2)
+        expect(error.problems[0]).toContain("WORKER_CONCURRENCY")
+        expect(error.problems[1]).toContain("WORKER_TASK_TIMEOUT_S")
+      }))
+
+    it.effect.each([
+      "WORKER_RETRY_BACKOFF_BASE_S",
+      "WORKER_RETRY_BACKOFF_MAX_S",
+      "WORKER_SHUTDOWN_GRACE_S",
+      "WORKER_SHUTDOWN_HOOKS_TIMEOUT_S",
+      "WORKER_PROGRESS_MIN_INTERVAL_S",
+      "WORKER_CONSUMER_TIMEOUT_S",
+      "WORKER_TASK_TIMEOUT_S",
+    ])("refuses a negative %s (not silently zero)", (key) =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ [key]: "-5" })
+        expect(error.problems).toHaveLength(1)
+        expect(error.problems[0]).toContain(key)
+      }))
+
+    it.effect("refuses zero and infinite timeouts", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({
+          WORKER_CONSUMER_TIMEOUT_S: "Infinity",
+          WORKER_TASK_TIMEOUT_S: "0",
+        })
+        expect(error.problems).toHaveLength(2)
+        expect(error.problems[0]).toContain("WORKER_CONSUMER_TIMEOUT_S")
+        expect(error.problems[1]).toContain("WORKER_TASK_TIMEOUT_S")
+      }))
+
+    it.effect("refuses the same queue for input and output", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ IN_QUEUE_NAME: "q", OUT_QUEUE_NAME: "q" })
+        expect(error.problems).toEqual(["the input and output queues must differ"])
+      }))
+
+    it.effect("refuses a backoff base above the backoff max", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({
+          WORKER_RETRY_BACKOFF_BASE_S: "10",
+          WORKER_RETRY_BACKOFF_MAX_S: "5",
+        })
+        expect(error.problems).toEqual(["retryBackoffBase must not exceed retryBackoffMax"])
+      }))
+  })
+
+  describe("lease time budget", () => {
+    // Defaults: a 60 s backoff max and a 1800 s consumer timeout leave 1680 s for a task.
+    const withTimeout = (seconds: number) => ({ ...definition, timeout: Duration.seconds(seconds) })
+
+    it.effect("fails exactly at the boundary (task + backoff max + 60 s = consumer timeout)", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({}, undefined, withTimeout(1680))
+        expect(error.problems).toHaveLength(1)
+        expect(error.problems[0]).toContain("consumer timeout")
+        expect(error.message).toContain("consumer timeout")
+      }))
+
+    it.effect("passes one second under the boundary", () =>
+      Effect.gen(function* () {
+        const s = yield* load({}, undefined, withTimeout(1679))
+        expect(millis(s.taskTimeout)).toBe(1_679_000)
+      }))
+
+    it.effect("counts the environment's task timeout, backoff max and consumer timeout", () =>
+      Effect.gen(function* () {
+        const atBoundary = yield* loadError({ WORKER_TASK_TIMEOUT_S: "1680" })
+        expect(atBoundary.problems[0]).toContain("consumer timeout")
+        const longerBackoff = yield* loadError({
+          WORKER_TASK_TIMEOUT_S: "1679",
+          WORKER_RETRY_BACKOFF_MAX_S: "61",
+        })
+        expect(longerBackoff.problems[0]).toContain("consumer timeout")
+        const s = yield* load({ WORKER_TASK_TIMEOUT_S: "1680", WORKER_CONSUMER_TIMEOUT_S: "1801" })
+        expect(millis(s.consumerTimeout)).toBe(1_801_000)
+      }))
+
+    it.effect("is reported together with the other problems", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ WORKER_CONCURRENCY: "0", WORKER_TASK_TIMEOUT_S: "3600" })
+        expect(error.problems).toHaveLength(2)
+        expect(error.problems[0]).toContain("WORKER_CONCURRENCY")
+        expect(error.problems[1]).toContain("consumer timeout")
+      }))
+  })
+})

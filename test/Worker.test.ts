@@ -1,0 +1,322 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Context, Duration, Effect, Fiber, Layer, Schema, TestClock } from "effect"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import type { WireMessage } from "../src/Protocol.ts"
+import * as Settings from "../src/Settings.ts"
+import * as WorkerHarness from "../src/testing.ts"
+import type { Transport } from "../src/Transport.ts"
+import * as Worker from "../src/Worker.ts"
+import { RetryableError, type TransportError, WorkerDefinitionError } from "../src/WorkerError.ts"
+
+const Text = Schema.Struct({ text: Schema.String })
+const Words = Schema.Struct({ words: Schema.Number })
+
+const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+
+const valid: Worker.WorkerDefinition<
+  typeof Text.Type,
+  typeof Text.Encoded,
+  typeof Words.Type,
+  never
+> = {
+  name: "count-words",
+  input: Text,
+  output: Words,
+  timeout: "30 seconds",
+  handler: ({ text }) => Effect.succeed({ words: countWords(text) }),
+}
+
+/** `valid` with some fields replaced, whatever their types. */
+const definition = (
+  changes: globalThis.Record<string, unknown>,
+): Worker.WorkerDefinition<any, any, any, never> =>
+  ({ ...valid, ...changes }) as unknown as Worker.WorkerDefinition<any, any, any, never>
+
+const decoder = new TextDecoder()
+
+const envelope = (taskId: string, body: unknown) =>
+  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
+
+/** The MemoryBroker, a transport on it and the worker's settings. */
+const environment = (
+  worker: Worker.Any,
+  overrides: Settings.SettingsOverrides = {},
+): Layer.Layer<MemoryBroker.MemoryBroker | Settings.Settings | Transport, unknown> =>
+  MemoryBroker.layerTransport().pipe(
+    Layer.provideMerge(
+      Layer.merge(
+        Settings.layer(
+          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+          overrides,
+        ),
+        MemoryBroker.layer({ reapInterval: "1 second" }),
+      ),
+    ),
+  )
+
+/** The messages on the output queue, decoded. */
+const outbound = Effect.gen(function* () {
+  const broker = yield* MemoryBroker.MemoryBroker
+  const settings = yield* Settings.Settings
+  const messages = yield* broker.published(settings.outQueue)
+  return messages.map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
+})
+
+/** Steps the TestClock by `step` until `check` holds, at most `limit` steps. */
+const stepUntil = (
+  check: Effect.Effect<boolean, never, MemoryBroker.MemoryBroker | Settings.Settings>,
+  step: Duration.DurationInput,
+  limit: number,
+) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < limit; i++) {
+      if (yield* check) return i
+      yield* TestClock.adjust(step)
+    }
+    return yield* Effect.dieMessage("the condition never held")
+  })
+
+describe("Worker", () => {
+  describe("definition errors", () => {
+    const cases: ReadonlyArray<readonly [string, globalThis.Record<string, unknown>, string]> = [
+      [
+        "no name",
+        { name: undefined },
+        "The worker needs a name of letters, digits, '.', '_' or '-' (at most 200 characters), such as \"count-words\".",
+      ],
+      [
+        "a name with a space",
+        { name: "count words" },
+        "The worker needs a name of letters, digits, '.', '_' or '-' (at most 200 characters), such as \"count-words\".",
+      ],
+      [
+        "a name of 201 characters",
+        { name: "w".repeat(201) },
+        "The worker needs a name of letters, digits, '.', '_' or '-' (at most 200 characters), such as \"count-words\".",
+      ],
+      [
+        "a timeout that is not a duration",
+        { timeout: "soon" },
+        'The worker "count-words" needs a finite, positive timeout, such as "30 seconds".',
+      ],
+      [
+        "a zero timeout",
+        { timeout: "0 seconds" },
+        'The worker "count-words" needs a finite, positive timeout, such as "30 seconds".',
+      ],
+      [
+        "a negative timeout",
+        { timeout: -5 },
+        'The worker "count-words" needs a finite, positive timeout, such as "30 seconds".',
+      ],
+      [
+        "an infinite timeout",
+        { timeout: Duration.infinity },
+        'The worker "count-words" needs a finite, positive timeout, such as "30 seconds".',
+      ],
+      [
+        "no timeout",
+        { timeout: undefined },
+        'The worker "count-words" needs a finite, positive timeout, such as "30 seconds".',
+      ],
+      [
+        "an input that is not a Schema",
+        { input: { text: "string" } },
+        'The worker "count-words" needs an input Schema.',
+      ],
+      [
+        "an output that is not a Schema",
+        { output: undefined },
+        'The worker "count-words" needs an output Schema.',
+      ],
+      [
+        "a handler that is not a function",
+        { handler: "count" },
+        'The worker "count-words" needs a handler function.',
+      ],
+      [
+        "a zero concurrency",
+        { concurrency: 0 },
+        'The worker "count-words" has a concurrency that is not a positive integer.',
+      ],
+      [
+        "a fractional concurrency",
+        { concurrency: 2.5 },
+        'The worker "count-words" has a concurrency that is not a positive integer.',
+      ],
+      [
+        "a NaN concurrency",
+        { concurrency: Number.NaN },
+        'The worker "count-words" has a concurrency that is not a positive integer.',
+      ],
+    ]
+
+    for (const [what, changes, message] of cases) {
+      it(`Worker.make throws WorkerDefinitionError for ${what}`, () => {
+        let thrown: unknown
+        try {
+          Worker.make(definition(changes))
+        } catch (e) {
+          thrown = e
+        }
+        expect(thrown).toBeInstanceOf(WorkerDefinitionError)
+        const error = thrown as WorkerDefinitionError
+        expect(error.message).toBe(message)
+        // One sentence: no line breaks, one full stop at the end.
+        expect(error.message).not.toContain("\n")
+        expect(error.message.endsWith(".")).toBe(true)
+      })
+
+      it.effect(`Worker.validate fails with the same error for ${what}`, () =>
+        Effect.gen(function* () {
+          const error = yield* Effect.flip(Worker.validate(definition(changes)))
+          expect(error).toBeInstanceOf(WorkerDefinitionError)
+          expect(error.message).toBe(message)
+        }))
+    }
+
+    it("a definition that is not an object", () => {
+      expect(() => Worker.make(null as unknown as typeof valid)).toThrow(
+        new WorkerDefinitionError({ message: "The worker definition must be an object." }),
+      )
+    })
+
+    it("a valid definition makes a worker with its timeout decoded", () => {
+      const worker = Worker.make({ ...valid, concurrency: 4 })
+      expect(worker._tag).toBe("Worker")
+      expect(worker.name).toBe("count-words")
+      expect(Duration.toMillis(worker.timeout)).toBe(30_000)
+      expect(worker.concurrency).toBe(4)
+      expect(Worker.make(valid).concurrency).toBeUndefined()
+    })
+  })
+
+  describe("a handler's requirements", () => {
+    class Dictionary extends Context.Tag("test/Dictionary")<Dictionary, {
+      readonly isWord: (word: string) => boolean
+    }>() {}
+
+    const dictionaryWorker = Worker.make({
+      name: "count-words",
+      input: Text,
+      output: Words,
+      timeout: "30 seconds",
+      handler: ({ text }) =>
+        Effect.map(Dictionary, (dictionary) => ({
+          words: text.split(/\s+/).filter(dictionary.isWord).length,
+        })),
+    })
+
+    it("are the worker's R, and so the requirements of Worker.serve", () => {
+      type Equals<X, Y> = [X] extends [Y] ? ([Y] extends [X] ? true : false) : false
+      const exact: Equals<Worker.Requirements<typeof dictionaryWorker>, Dictionary> = true
+      expect(exact).toBe(true)
+      const served: Effect.Effect<
+        void,
+        TransportError,
+        Settings.Settings | Transport | Dictionary
+      > = Worker.serve(dictionaryWorker)
+      // @ts-expect-error: Worker.serve needs the handler's Dictionary too
+      const unprovided: Effect.Effect<void, TransportError, Settings.Settings | Transport> = served
+      expect(Effect.isEffect(unprovided)).toBe(true)
+    })
+
+    it.scoped("are given to the handler when provided", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(dictionaryWorker).pipe(
+          Effect.provideService(Dictionary, { isWord: (word) => /^[a-z]+$/.test(word) }),
+        )
+        const run = yield* harness.submit({ text: "one 2 three f0ur five" })
+        run.assertSucceeded()
+        expect(run.response).toEqual({ words: 3 })
+      }))
+  })
+
+  describe("Worker.serve on the MemoryBroker", () => {
+    it.effect("a task retried twice concludes once, with success, on its third attempt", () => {
+      const attempts: Array<number> = []
+      const flaky = Worker.make({
+        ...valid,
+        handler: ({ text }, ctx) => {
+          attempts.push(ctx.attempt)
+          return ctx.attempt < 3
+            ? Effect.fail(new RetryableError({ code: "NOT_YET", message: "Try again." }))
+            : Effect.succeed({ words: countWords(text) })
+        },
+      })
+      return Effect.gen(function* () {
+        const broker = yield* MemoryBroker.MemoryBroker
+        const settings = yield* Settings.Settings
+        const serving = yield* Effect.fork(Worker.serve(flaky))
+        yield* broker.publish(settings.inQueue, envelope("t-flaky", { text: "a b c" }))
+        yield* stepUntil(
+          Effect.map(outbound, (ms) => ms.some((m) => m.data.message_type === "success")),
+          "10 millis",
+          500,
+        )
+        yield* Fiber.interrupt(serving)
+        expect(attempts).toEqual([1, 2, 3])
+        const messages = yield* outbound
+        expect(messages.every((m) => m.task_id === "t-flaky")).toBe(true)
+        expect(messages.map((m) => m.data.message_type)).toEqual([
+          "started",
+          "started",
+          "started",
+          "success",
+        ])
+        expect(messages[3]!.data.response).toEqual({ words: 3 })
+        expect(yield* broker.ready(settings.inQueue)).toBe(0)
+        expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+      }).pipe(
+        Effect.provide(
+          environment(flaky, { retryBackoffBase: "1 millis", retryBackoffMax: "5 millis" }),
+        ),
+      )
+    })
+
+    it.effect("concurrency N runs at most N handlers at once, and every task completes", () => {
+      let running = 0
+      let most = 0
+      const busy = Worker.make({
+        ...valid,
+        concurrency: 3,
+        handler: ({ text }) =>
+          Effect.acquireUseRelease(
+            Effect.sync(() => {
+              running++
+              most = Math.max(most, running)
+            }),
+            () => Effect.sleep("1 second").pipe(Effect.as({ words: countWords(text) })),
+            () => Effect.sync(() => running--),
+          ),
+      })
+      return Effect.gen(function* () {
+        const broker = yield* MemoryBroker.MemoryBroker
+        const settings = yield* Settings.Settings
+        const serving = yield* Effect.fork(Worker.serve(busy))
+        for (let i = 0; i < 10; i++) {
+          yield* broker.publish(settings.inQueue, envelope(`t-${i}`, { text: "x ".repeat(i) }))
+        }
+        const steps = yield* stepUntil(
+          Effect.map(
+            outbound,
+            (ms) => ms.filter((m) => m.data.message_type === "success").length === 10,
+          ),
+          "1 second",
+          20,
+        )
+        yield* Fiber.interrupt(serving)
+        expect(most).toBe(3)
+        // Ten tasks of a second, at most three at a time: at least four rounds.
+        expect(steps).toBeGreaterThanOrEqual(4)
+        const successes = (yield* outbound).filter((m) => m.data.message_type === "success")
+        expect(new Set(successes.map((m) => m.task_id)).size).toBe(10)
+        expect(
+          successes.find((m) => m.task_id === "t-7")!.data.response,
+        ).toEqual({ words: 7 })
+        expect(yield* broker.ready(settings.inQueue)).toBe(0)
+        expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+      }).pipe(Effect.provide(environment(busy)))
+    })
+  })
+})
