@@ -11,7 +11,7 @@
  * Decision lines are INFO: the runs log at WARNING so that the figures measure the engine, not
  * the console.
  */
-import { Deferred, Effect, Layer, Logger, LogLevel, Schedule, Schema, Stream } from "effect"
+import { Deferred, Effect, Layer, Logger, LogLevel, Option, Schedule, Schema } from "effect"
 import { MemoryBroker, Protocol, Settings, Worker } from "../src/index.ts"
 
 const TASKS = Number(Deno.args[0] ?? 100_000)
@@ -20,7 +20,9 @@ const CONCURRENCY = 50
 
 const encoder = new TextEncoder()
 const envelope = (i: number) =>
-  encoder.encode(`{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`)
+  encoder.encode(
+    `{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`,
+  )
 
 const gc = (globalThis as { gc?: () => void }).gc
 const heapUsed = () => {
@@ -41,48 +43,60 @@ const settingsFor = (concurrency: number) =>
   Settings.layer({ name: "bench", timeout: noop.timeout }, { concurrency })
 
 const preload = (broker: MemoryBroker.MemoryBroker["Type"], n: number) =>
-  Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => broker.publish("bench_queue_in", envelope(i)), {
-    discard: true,
-  })
+  Effect.forEach(
+    Array.from({ length: n }, (_, i) => i),
+    (i) => broker.publish("bench_queue_in", envelope(i)),
+    {
+      discard: true,
+    },
+  )
 
 const drained = (broker: MemoryBroker.MemoryBroker["Type"]) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     return (yield* broker.ready("bench_queue_in")) + (yield* broker.unacked("bench_queue_in")) === 0
   }).pipe(Effect.repeat({ schedule: Schedule.spaced("1 millis"), until: (done) => done }))
 
 const timed = <E, R>(effect: Effect.Effect<unknown, E, R>) =>
-  Effect.gen(function*() {
+  Effect.gen(function* () {
     const start = performance.now()
     yield* effect
     return (performance.now() - start) / 1000
   })
 
-const baseline = Effect.gen(function*() {
+const baseline = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   yield* preload(broker, TASKS)
-  const transport = yield* broker.transport({ inQueue: "bench_queue_in", outQueue: "bench_queue_out", capacity: CONCURRENCY })
+  const transport = yield* broker.transport({
+    inQueue: "bench_queue_in",
+    outQueue: "bench_queue_out",
+    capacity: CONCURRENCY,
+  })
   const seconds = yield* timed(
-    transport.deliveries.pipe(
-      Stream.take(TASKS),
-      Stream.runForEach((delivery) =>
-        Effect.gen(function*() {
-          const decoded = Protocol.decodeEnvelope(delivery.body)
-          const taskId = decoded._tag === "Task" ? decoded.envelope.taskId : "?"
-          yield* transport.publish(Protocol.encodeMessage({ type: "started", task_id: taskId, hostname: "h" }), "started")
-          yield* transport.publish(Protocol.encodeMessage({ type: "success", task_id: taskId, response: { ok: true } }), "success")
-          yield* delivery.ack
-        })
-      ),
-    ),
+    Effect.gen(function* () {
+      for (let i = 0; i < TASKS; i++) {
+        const delivery = Option.getOrThrow(yield* transport.take)
+        const decoded = Protocol.decodeEnvelope(delivery.body)
+        const taskId = decoded._tag === "Task" ? decoded.envelope.taskId : "?"
+        yield* transport.publish(
+          Protocol.encodeMessage({ type: "started", task_id: taskId, hostname: "h" }),
+          "started",
+        )
+        yield* transport.publish(
+          Protocol.encodeMessage({ type: "success", task_id: taskId, response: { ok: true } }),
+          "success",
+        )
+        yield* delivery.ack
+      }
+    }),
   )
   return TASKS / seconds
 }).pipe(Effect.scoped, Effect.provide(MemoryBroker.layer({ retainPublished: false })))
 
-const engine = Effect.gen(function*() {
+const engine = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   yield* preload(broker, TASKS)
   const seconds = yield* timed(
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       yield* Worker.start(noop)
       yield* drained(broker)
     }),
@@ -90,29 +104,42 @@ const engine = Effect.gen(function*() {
   return TASKS / seconds
 }).pipe(
   Effect.scoped,
-  Effect.provide(MemoryBroker.layerTransport().pipe(Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })))),
+  Effect.provide(
+    MemoryBroker.layerTransport().pipe(
+      Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
+    ),
+  ),
   Effect.provide(settingsFor(CONCURRENCY)),
 )
 
-const held = Effect.gen(function*() {
+const held = Effect.gen(function* () {
   const release = yield* Deferred.make<void>()
-  const waiting = Worker.make({ ...noop, handler: () => Effect.as(Deferred.await(release), { ok: true }) })
+  const waiting = Worker.make({
+    ...noop,
+    handler: () => Effect.as(Deferred.await(release), { ok: true }),
+  })
   const broker = yield* MemoryBroker.MemoryBroker
   yield* preload(broker, HELD)
   const before = heapUsed()
   const running = yield* Worker.start(waiting)
-  yield* running.inFlight.pipe(Effect.repeat({ schedule: Schedule.spaced("5 millis"), until: (n) => n === HELD }))
+  yield* running.inFlight.pipe(
+    Effect.repeat({ schedule: Schedule.spaced("5 millis"), until: (n) => n === HELD }),
+  )
   const after = heapUsed()
   yield* Deferred.succeed(release, undefined)
   yield* drained(broker)
   return (after - before) / HELD
 }).pipe(
   Effect.scoped,
-  Effect.provide(MemoryBroker.layerTransport().pipe(Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })))),
+  Effect.provide(
+    MemoryBroker.layerTransport().pipe(
+      Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
+    ),
+  ),
   Effect.provide(settingsFor(HELD)),
 )
 
-const main = Effect.gen(function*() {
+const main = Effect.gen(function* () {
   yield* engine // warm-up: JIT the engine's paths before measuring either loop
   const rawRate = yield* baseline
   const engineRate = yield* engine
@@ -120,9 +147,15 @@ const main = Effect.gen(function*() {
   const round = (n: number) => Math.round(n).toLocaleString("en-US")
   console.log(`tasks: ${TASKS}, concurrency ${CONCURRENCY}, ${Deno.build.os} ${Deno.version.deno}`)
   console.log(`baseline (raw broker loop): ${round(rawRate)} tasks/s`)
-  console.log(`engine (no-op handler):     ${round(engineRate)} tasks/s   ratio ${(engineRate / rawRate).toFixed(2)}`)
   console.log(
-    `memory per in-flight task (${HELD} held): ${round(bytesPerTask)} bytes${gc ? "" : " (no --expose-gc: noisy)"}`,
+    `engine (no-op handler):     ${round(engineRate)} tasks/s   ratio ${
+      (engineRate / rawRate).toFixed(2)
+    }`,
+  )
+  console.log(
+    `memory per in-flight task (${HELD} held): ${round(bytesPerTask)} bytes${
+      gc ? "" : " (no --expose-gc: noisy)"
+    }`,
   )
 })
 

@@ -17,7 +17,9 @@ const envelope = (taskId: string, body: unknown) =>
 
 /** Prints each log line as `  | [service task_id] message`, the way an operator would grep it. */
 const demoLogger = Logger.make(({ annotations, message }) => {
-  const at = ["service", "task_id"].flatMap((k) => Option.toArray(HashMap.get(annotations, k)).map(String))
+  const at = ["service", "task_id"].flatMap((k) =>
+    Option.toArray(HashMap.get(annotations, k)).map(String)
+  )
   const text = Array.isArray(message) ? message.join(" ") : String(message)
   console.log(`  | [${at.join(" ")}] ${text}`)
 })
@@ -28,7 +30,11 @@ const runWorker = <A, I, O>(worker: Worker.Worker<A, I, O, never>) =>
     Effect.provide(
       Settings.layer(
         { name: worker.name, timeout: worker.timeout },
-        { retryBackoffBase: "50 millis", retryBackoffMax: "200 millis", progressMinInterval: "50 millis" },
+        {
+          retryBackoffBase: "50 millis",
+          retryBackoffMax: "200 millis",
+          progressMinInterval: "50 millis",
+        },
       ),
     ),
     Effect.forkScoped,
@@ -40,7 +46,7 @@ const terminalCount = (broker: MemoryBroker.MemoryBroker["Type"], queue: string)
     (messages) => messages.filter((m) => m.type === "success" || m.type === "failure").length,
   )
 
-const program = Effect.gen(function*() {
+const program = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   yield* runWorker(countWords)
   yield* runWorker(flakyUpstream)
@@ -51,7 +57,10 @@ const program = Effect.gen(function*() {
   yield* broker.publish("count-words_queue_in", envelope("t-fatal", { text: "   " }))
   yield* broker.publish("count-words_queue_in", envelope("t-invalid-input", { text: 42 }))
   yield* broker.publish("count-words_queue_in", "this is not JSON")
-  yield* broker.publish("flaky-upstream_queue_in", envelope("t-retried", { url: "https://example.test" }))
+  yield* broker.publish(
+    "flaky-upstream_queue_in",
+    envelope("t-retried", { url: "https://example.test" }),
+  )
   yield* broker.publish("slow-report_queue_in", envelope("t-timeout", { pages: 10 }))
 
   const expected: ReadonlyArray<readonly [string, number]> = [
@@ -62,12 +71,17 @@ const program = Effect.gen(function*() {
   yield* Effect.forEach(expected, ([queue, count]) =>
     terminalCount(broker, queue).pipe(
       Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (n) => n >= count }),
-      Effect.timeoutFail({ duration: Duration.seconds(10), onTimeout: () => new Error(`${queue} did not settle`) }),
+      Effect.timeoutFail({
+        duration: Duration.seconds(10),
+        onTimeout: () => new Error(`${queue} did not settle`),
+      }),
     ))
 
   for (const [queue] of expected) {
     console.log(`\nOutput queue ${queue}:`)
-    for (const message of yield* broker.published(queue)) console.log(`  ${decoder.decode(message.body)}`)
+    for (const message of yield* broker.published(queue)) {
+      console.log(`  ${decoder.decode(message.body)}`)
+    }
   }
   console.log("\nInput queues left:", {
     "count-words": yield* broker.ready("count-words_queue_in"),
@@ -79,6 +93,8 @@ const program = Effect.gen(function*() {
 await Effect.runPromise(
   program.pipe(
     Effect.scoped,
-    Effect.provide(Layer.merge(MemoryBroker.layer(), Logger.replace(Logger.defaultLogger, demoLogger))),
+    Effect.provide(
+      Layer.merge(MemoryBroker.layer(), Logger.replace(Logger.defaultLogger, demoLogger)),
+    ),
   ),
 )

@@ -13,7 +13,10 @@ export const worker = Worker.make({
   handler: async (input, ctx) => {
     ctx.signal.throwIfAborted()
     if (ctx.attempt < 3) {
-      throw new RetryableError({ code: "UPSTREAM_UNAVAILABLE", message: `${input.url} did not answer` })
+      throw new RetryableError({
+        code: "UPSTREAM_UNAVAILABLE",
+        message: `${input.url} did not answer`,
+      })
     }
     await ctx.progress(0.9)
     return { status: 200, attempts: ctx.attempt }

@@ -11,7 +11,7 @@ export const worker = Worker.make({
   output: Schema.Struct({ done: Schema.Boolean }),
   timeout: "200 millis",
   handler: (input, ctx) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       for (let page = 0; page < input.pages; page++) {
         yield* ctx.progress(page / input.pages)
         yield* Effect.sleep("100 millis")

@@ -13,15 +13,18 @@ import {
   Effect,
   Either,
   Exit,
+  Fiber,
+  FiberRef,
   FiberSet,
-  Metric,
+  HashMap,
+  Option,
   Random,
   Schema,
   Scope,
-  Stream,
 } from "effect"
 import * as Decision from "./Decision.ts"
 import { formatIssues } from "./internal/issues.ts"
+import * as Timers from "./internal/timers.ts"
 import { LeaseRenewal } from "./LeaseRenewal.ts"
 import { ProgressThrottle } from "./ProgressThrottle.ts"
 import {
@@ -67,6 +70,7 @@ type Result =
   | { readonly _tag: "Timeout" }
   | { readonly _tag: "Internal"; readonly name: string }
   | { readonly _tag: "Lost"; readonly lost: LeaseLost }
+  | { readonly _tag: "Shutdown" }
 
 /** What settling the delivery will do. */
 type Plan =
@@ -161,8 +165,19 @@ const invoke = <A, O, R>(
     return Effect.succeed(result)
   })
 
+/** A pool fiber's note that the engine itself interrupted it (a time limit, a lost lease). */
+interface Slot {
+  stopped: boolean
+}
+
 /**
  * Makes the engine of `worker`: its handler's requirements `R` are taken from the context now.
+ *
+ * Deliveries run on a pool of `concurrency` long-lived fibers, and a task's time limit and
+ * lease are watched by shared timers: a fiber or a race per delivery would cost more than the
+ * rest of the engine together. A handler runs on its pool fiber, so stopping it (time limit,
+ * lost lease) interrupts that fiber: the delivery is still settled, uninterruptibly, and the
+ * fiber is then replaced.
  *
  * @since 0.1.0
  * @category constructors
@@ -179,18 +194,22 @@ export const make = <A, I, O, R>(
     const transport = yield* Transport
     const throttle = yield* ProgressThrottle
     const renewal = yield* LeaseRenewal
+    const runtime = yield* Effect.runtime<never>()
+    const timers = yield* Timers.make
+    const clock = yield* Effect.clock
     // The handler's services, but not this engine's Scope: a handler that requires a Scope gets
     // its task's own (closed when the task ends), or its resources would live as long as the
     // worker.
     const services = yield* Effect.context<R>()
     const handlerContext = Context.omit(Scope.Scope)(services) as Context.Context<R>
-    const fibers = yield* FiberSet.make<Decision.Decision>()
-    const permits = yield* Effect.makeSemaphore(settings.concurrency)
+    const baseAnnotations = HashMap.make(["service", worker.name] as [string, unknown])
+    const fibers = yield* FiberSet.make<void, TransportError>()
     const decodeInput = Schema.decodeUnknownEither(worker.input)
     const encodeOutput = Schema.encodeEither(worker.output)
     const timeoutMillis = Duration.toMillis(settings.taskTimeout)
     let warnedClassic = false
     let inFlight = 0
+    let closing = false
 
     const conclude = (
       message: OutboundMessage,
@@ -204,7 +223,7 @@ export const make = <A, I, O, R>(
             type: "failure",
             task_id: message.task_id,
             code: "INVALID_OUTPUT",
-            message: `The handler's output is not a JSON object: ${encoded.left.message}`,
+            message: `The handler's output is not JSON data: ${encoded.left.message}`,
           },
           { ...decision, outcome: "failure" },
         )
@@ -231,72 +250,223 @@ export const make = <A, I, O, R>(
         ? Effect.succeed(fail(known, code, message))
         : Effect.logWarning(
           `The handler failed with the code "${code.slice(0, 80)}", which is not a valid code`,
-        ).pipe(
-          Effect.as(fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)),
-        )
+        ).pipe(Effect.as(fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)))
 
-    const runHandler = (envelope: Envelope, input: A, known: Known, lease: Lease) =>
-      Effect.scoped(Effect.gen(function* () {
-        const progress = yield* throttle.open(envelope.taskId)
-        const runtime = yield* Effect.runtime<never>()
-        const { abort, context } = TaskContext.make(
-          {
-            taskId: envelope.taskId,
-            attempt: known.attempt!,
-            deliveryLimit: known.deliveryLimit!,
-            clientId: envelope.clientId,
-            inputRefs: envelope.inputRefs ?? [],
-          },
-          (fraction, payload) => TaskContext.awaitable(progress.report(fraction, payload), runtime),
+    /**
+     * Steps 1 to 3, and the input: decode, attempt, delivery limit, input schema. Synchronous:
+     * it runs for every delivery, poison included, and needs no Effect of its own.
+     */
+    const prelude = (
+      delivery: Delivery,
+      known: Known,
+    ): Plan | { readonly _tag: "Run"; readonly envelope: Envelope; readonly input: A } => {
+      const decoded = decodeEnvelope(delivery.body, { maxBytes: settings.maxMessageBytes })
+      if (decoded._tag === "Poison") {
+        WorkerMetrics.count(WorkerMetrics.poisonMessages(decoded.reason))
+        return {
+          _tag: "Ack",
+          decision: { outcome: "poison", action: "ack", reason: decoded.reason },
+        }
+      }
+      known.taskId = decoded._tag === "Task" ? decoded.envelope.taskId : decoded.taskId
+      if (decoded._tag === "InvalidEnvelope") {
+        WorkerMetrics.count(WorkerMetrics.poisonMessages("invalid_envelope"))
+        const plan = fail(
+          known,
+          "INVALID_MESSAGE",
+          `The task message is malformed: ${decoded.problem}.`,
+          "poison",
         )
-        const handler = invoke(worker, input, context).pipe(
-          Effect.provide(handlerContext),
-          Effect.onInterrupt(() => Effect.sync(() => abort("The task was stopped"))),
-          Effect.exit,
-          Effect.map(classify),
+        return { ...plan, decision: { ...plan.decision, reason: "invalid_envelope" } }
+      }
+      const envelope = decoded.envelope
+      if (delivery.redeliveries._tag === "Counted") {
+        known.attempt = delivery.redeliveries.count + 1
+        known.deliveryLimit = settings.deliveryLimit
+      } else {
+        known.attempt = delivery.redeliveries.redelivered ? 2 : 1
+        known.deliveryLimit = Math.min(settings.deliveryLimit, 2)
+      }
+      if (known.attempt > settings.deliveryLimit) {
+        return fail(
+          known,
+          "TASK_ABANDONED_AFTER_REDELIVERIES",
+          `The task was delivered ${known.attempt} times, past the limit of ${settings.deliveryLimit}: it was abandoned without running again.`,
         )
-        const timer = Effect.sleep(Duration.millis(timeoutMillis)).pipe(
-          Effect.zipRight(Effect.sync((): Result => {
-            abort("The task ran past its time limit")
-            return { _tag: "Timeout" }
-          })),
+      }
+      const input = decodeInput(envelope.body)
+      if (Either.isLeft(input)) {
+        return fail(
+          known,
+          "INVALID_INPUT",
+          `The task input is invalid: ${formatIssues(input.left)}`,
         )
-        const lost = renewal.keep(lease).pipe(
-          Effect.map((lost): Result => {
-            abort("The task's lease was lost")
-            return { _tag: "Lost", lost }
+      }
+      return { _tag: "Run", envelope, input: input.right }
+    }
+
+    const warnClassicOnce = (delivery: Delivery): Effect.Effect<void> => {
+      if (warnedClassic || delivery.redeliveries._tag === "Counted") return Effect.void
+      warnedClassic = true
+      return Effect.logWarning(
+        "The input queue reports only a redelivered flag (a classic queue): a retried task gets one retry. Use a quorum queue for the full delivery limit.",
+      )
+    }
+
+    /** Step 4: `started`, confirmed, unless the lease is already gone. */
+    const publishStarted = (
+      delivery: Delivery,
+      envelope: Envelope,
+      known: Known,
+    ): Effect.Effect<Plan | undefined> =>
+      Effect.flatMap(delivery.lease.isLost, (lost): Effect.Effect<Plan | undefined> => {
+        if (lost) {
+          return Effect.succeed({
+            _tag: "Fenced",
+            decision: {
+              ...known,
+              outcome: "cancelled",
+              action: "nack-requeue",
+              reason: "lease_lost",
+            },
+          })
+        }
+        const started = encodeMessageText({
+          type: "started",
+          task_id: envelope.taskId,
+          hostname: settings.hostname,
+        })
+        return transport.publish(encoder.encode(Either.getOrThrow(started)), "started").pipe(
+          Effect.match({
+            onFailure: (): Plan => {
+              WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
+              return {
+                _tag: "Requeue",
+                decision: {
+                  ...known,
+                  outcome: "publish_failed",
+                  action: "nack-requeue",
+                  reason: "started",
+                },
+              }
+            },
+            onSuccess: () => {
+              WorkerMetrics.count(WorkerMetrics.messagesPublished("started"))
+              return undefined
+            },
           }),
         )
-        const result = yield* Effect.raceAll([handler, timer, lost])
-        yield* progress.close
-        return result
-      })).pipe(
-        Effect.annotateLogs({
-          task_id: envelope.taskId,
-          service: worker.name,
-          attempt: known.attempt,
-        }),
-      )
+      })
 
-    const afterHandler = (result: Result, known: Known): Effect.Effect<Plan> => {
+    /**
+     * Step 5: the handler on this fiber, under its time limit, with the lease kept and progress
+     * throttled. The task's own scope (the handler's resources and its progress channel) is
+     * closed before this returns, so nothing of the task outlives it.
+     */
+    const runHandler = (
+      envelope: Envelope,
+      input: A,
+      known: Known,
+      lease: Lease,
+      slot: Slot,
+      restore: <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>,
+    ): Effect.Effect<Result> =>
+      Effect.flatMap(Scope.make(), (taskScope) =>
+        Effect.withFiberRuntime<Result>((fiber) => {
+          let progress: ProgressThrottle["Type"] extends
+            { open: (...a: any) => Effect.Effect<infer P, any, any> } ? P | undefined
+            : never
+          const report = (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
+            Effect.suspend(() => {
+              if (progress !== undefined) return progress.report(fraction, payload)
+              return Scope.extend(throttle.open(envelope.taskId), taskScope).pipe(
+                Effect.flatMap((opened) => {
+                  progress ??= opened
+                  return progress.report(fraction, payload)
+                }),
+              )
+            })
+          const { abort, context } = TaskContext.make(
+            {
+              taskId: envelope.taskId,
+              attempt: known.attempt!,
+              deliveryLimit: known.deliveryLimit!,
+              clientId: envelope.clientId,
+              inputRefs: envelope.inputRefs ?? [],
+            },
+            (fraction, payload) => TaskContext.awaitable(report(fraction, payload), runtime),
+          )
+          let running = true
+          let stoppedWith: Result | undefined
+          const stop = (result: Result, reason: string) => {
+            if (!running || stoppedWith !== undefined) return
+            stoppedWith = result
+            slot.stopped = true
+            abort(reason)
+            fiber.unsafeInterruptAsFork(fiber.id())
+          }
+          const cancelTimer = timers.after(
+            timeoutMillis,
+            Effect.sync(() => stop({ _tag: "Timeout" }, "The task ran past its time limit")),
+          )
+          return renewal.hold(
+            lease,
+            (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
+          ).pipe(
+            Effect.flatMap((release) =>
+              // The fiber is the engine's own (a pool fiber, or `handle`'s): its context becomes the
+              // handler's services `R` and the task's scope, and stays so until the next task.
+              FiberRef.set(
+                FiberRef.currentContext,
+                Context.add(handlerContext, Scope.Scope, taskScope),
+              ).pipe(
+                Effect.zipRight(
+                  restore(invoke(worker, input, context) as Effect.Effect<unknown, unknown>),
+                ),
+                Effect.exit,
+                Effect.flatMap((exit) => {
+                  running = false
+                  cancelTimer()
+                  release()
+                  if (Exit.isFailure(exit) && Cause.isInterrupted(exit.cause)) {
+                    if (stoppedWith === undefined) abort("The worker is shutting down")
+                    return Scope.close(taskScope, exit).pipe(
+                      Effect.as(stoppedWith ?? ({ _tag: "Shutdown" } as const)),
+                    )
+                  }
+                  return Scope.close(taskScope, exit).pipe(Effect.as(classify(exit)))
+                }),
+              )
+            ),
+          )
+        }))
+
+    /** Step 6: what the handler's result comes to; a retry waits its backoff here. */
+    const afterHandler = (
+      result: Result,
+      known: Known,
+      restore: <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>,
+    ): Effect.Effect<Plan, never> => {
       switch (result._tag) {
         case "Success": {
           const encoded = encodeOutput(result.output as O)
           if (Either.isLeft(encoded)) {
-            return Effect.succeed(fail(
-              known,
-              "INVALID_OUTPUT",
-              `The handler's output does not match the output schema: ${
-                formatIssues(encoded.left)
-              }`,
-            ))
+            return Effect.succeed(
+              fail(
+                known,
+                "INVALID_OUTPUT",
+                `The handler's output does not match the output schema: ${
+                  formatIssues(encoded.left)
+                }`,
+              ),
+            )
           }
           const response = encoded.right as Record<string, unknown>
           return Effect.succeed(
-            conclude({ type: "success", task_id: known.taskId!, response }, {
-              ...known,
-              outcome: "success",
-            }),
+            conclude(
+              { type: "success", task_id: known.taskId!, response },
+              { ...known, outcome: "success" },
+            ),
           )
         }
         case "Fatal":
@@ -304,12 +474,18 @@ export const make = <A, I, O, R>(
         case "Retry": {
           const error = result.error
           if (known.attempt! < known.deliveryLimit!) {
+            const requeue: Plan = {
+              _tag: "Requeue",
+              decision: { ...known, outcome: "retry", action: "nack-requeue", code: error.code },
+            }
+            const shutdown: Plan = {
+              _tag: "Requeue",
+              decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
+            }
             return backoff(settings, known.attempt!, error.delay).pipe(
-              Effect.flatMap(Effect.sleep),
-              Effect.as<Plan>({
-                _tag: "Requeue",
-                decision: { ...known, outcome: "retry", action: "nack-requeue", code: error.code },
-              }),
+              Effect.flatMap((delay) => restore(Effect.sleep(delay))),
+              Effect.exit,
+              Effect.map((exit) => (Exit.isSuccess(exit) ? requeue : shutdown)),
             )
           }
           // A tagged error made without a message inherits `Error.prototype.message` (""): an
@@ -332,7 +508,7 @@ export const make = <A, I, O, R>(
           )
         case "Internal":
           return Effect.logError(`The handler failed with an unexpected ${result.name}`).pipe(
-            Effect.annotateLogs({ task_id: known.taskId, error: result.name }),
+            Effect.annotateLogs({ error: result.name }),
             Effect.as(fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)),
           )
         case "Lost":
@@ -345,116 +521,28 @@ export const make = <A, I, O, R>(
               reason: `lease_${result.lost.reason}`,
             },
           })
+        case "Shutdown":
+          return Effect.succeed<Plan>({
+            _tag: "Requeue",
+            decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
+          })
       }
     }
 
-    const prepare = (delivery: Delivery, known: Known): Effect.Effect<Plan> =>
-      Effect.gen(function* () {
-        const decoded = decodeEnvelope(delivery.body, { maxBytes: settings.maxMessageBytes })
-        if (decoded._tag === "Poison") {
-          yield* Metric.increment(WorkerMetrics.poisonMessages(decoded.reason))
-          return {
-            _tag: "Ack",
-            decision: { outcome: "poison", action: "ack", reason: decoded.reason },
-          } satisfies Plan
-        }
-        known.taskId = decoded._tag === "Task" ? decoded.envelope.taskId : decoded.taskId
-        if (decoded._tag === "InvalidEnvelope") {
-          yield* Metric.increment(WorkerMetrics.poisonMessages("invalid_envelope"))
-          const plan = fail(
-            known,
-            "INVALID_MESSAGE",
-            `The task message is malformed: ${decoded.problem}.`,
-            "poison",
-          )
-          return { ...plan, decision: { ...plan.decision, reason: "invalid_envelope" } }
-        }
-        const envelope = decoded.envelope
-        if (delivery.redeliveries._tag === "Counted") {
-          known.attempt = delivery.redeliveries.count + 1
-          known.deliveryLimit = settings.deliveryLimit
-        } else {
-          if (!warnedClassic) {
-            warnedClassic = true
-            yield* Effect.logWarning(
-              "The input queue reports only a redelivered flag (a classic queue): a retried task gets one retry. Use a quorum queue for the full delivery limit.",
-            )
-          }
-          known.attempt = delivery.redeliveries.redelivered ? 2 : 1
-          known.deliveryLimit = Math.min(settings.deliveryLimit, 2)
-        }
-        if (known.attempt > settings.deliveryLimit) {
-          return fail(
-            known,
-            "TASK_ABANDONED_AFTER_REDELIVERIES",
-            `The task was delivered ${known.attempt} times, past the limit of ${settings.deliveryLimit}: it was abandoned without running again.`,
-          )
-        }
-        const input = decodeInput(envelope.body)
-        if (Either.isLeft(input)) {
-          return fail(
-            known,
-            "INVALID_INPUT",
-            `The task input is invalid: ${formatIssues(input.left)}`,
-          )
-        }
-        if (yield* delivery.lease.isLost) {
-          return {
-            _tag: "Fenced",
-            decision: {
-              ...known,
-              outcome: "cancelled",
-              action: "nack-requeue",
-              reason: "lease_lost",
-            },
-          } satisfies Plan
-        }
-        const started = encodeMessageText({
-          type: "started",
-          task_id: envelope.taskId,
-          hostname: settings.hostname,
+    const settleFailed =
+      (decision: Decision.Decision, what: string) => (error: LeaseLost | TransportError) =>
+        Effect.sync(() => {
+          WorkerMetrics.count(WorkerMetrics.ackFailures)
+          return { ...decision, reason: `${what}_failed_${error.reason}` }
         })
-        const confirmed = yield* transport.publish(
-          encoder.encode(Either.getOrThrow(started)),
-          "started",
-        ).pipe(Effect.either)
-        if (Either.isLeft(confirmed)) {
-          yield* Metric.increment(WorkerMetrics.publishFailures("started"))
-          return {
-            _tag: "Requeue",
-            decision: {
-              ...known,
-              outcome: "publish_failed",
-              action: "nack-requeue",
-              reason: "started",
-            },
-          } satisfies Plan
-        }
-        yield* Metric.increment(WorkerMetrics.messagesPublished("started"))
-        const startedAt = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        const result = yield* runHandler(envelope, input.right, known, delivery.lease)
-        const plan = yield* afterHandler(result, known)
-        const endedAt = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-        yield* Metric.update(WorkerMetrics.taskDuration, (endedAt - startedAt) / 1000)
-        return plan
-      })
 
     const requeue = (
       delivery: Delivery,
       decision: Decision.Decision,
     ): Effect.Effect<Decision.Decision> =>
-      delivery.requeue.pipe(
-        Effect.as(decision),
-        Effect.catchAll((error) =>
-          Metric.increment(WorkerMetrics.ackFailures).pipe(
-            Effect.as({
-              ...decision,
-              reason: `requeue_failed_${error._tag === "LeaseLost" ? error.reason : error.reason}`,
-            }),
-          )
-        ),
-      )
+      delivery.requeue.pipe(Effect.as(decision), Effect.catchAll(settleFailed(decision, "requeue")))
 
+    /** Where every delivery is settled: after the terminal message is confirmed, or requeued. */
     const settle = (delivery: Delivery, plan: Plan): Effect.Effect<Decision.Decision> => {
       switch (plan._tag) {
         case "Fenced":
@@ -462,11 +550,7 @@ export const make = <A, I, O, R>(
         case "Ack":
           return delivery.ack.pipe(
             Effect.as(plan.decision),
-            Effect.catchAll(() =>
-              Metric.increment(WorkerMetrics.ackFailures).pipe(
-                Effect.as({ ...plan.decision, reason: `${plan.decision.reason}; ack_failed` }),
-              )
-            ),
+            Effect.catchAll(settleFailed(plan.decision, "ack")),
           )
         case "Requeue":
           return Effect.gen(function* () {
@@ -477,11 +561,9 @@ export const make = <A, I, O, R>(
                 reason: "lease_lost",
               } satisfies Decision.Decision
             }
-            if (plan.decision.outcome === "retry") {
-              yield* Metric.increment(WorkerMetrics.taskRetries)
-            }
+            if (plan.decision.outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
             if (plan.decision.outcome === "shutdown_requeued") {
-              yield* Metric.increment(WorkerMetrics.shutdownRequeued)
+              WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
             }
             return yield* requeue(delivery, plan.decision)
           })
@@ -495,91 +577,161 @@ export const make = <A, I, O, R>(
                 reason: "lease_lost",
               } satisfies Decision.Decision
             }
-            const published = yield* transport.publish(encoder.encode(plan.text), plan.type).pipe(
-              Effect.either,
-            )
+            const published = yield* transport
+              .publish(encoder.encode(plan.text), plan.type)
+              .pipe(Effect.either)
             if (Either.isLeft(published)) {
-              yield* Metric.increment(WorkerMetrics.publishFailures(plan.type))
+              WorkerMetrics.count(WorkerMetrics.publishFailures(plan.type))
               return yield* requeue(delivery, {
                 ...plan.decision,
                 outcome: "publish_failed",
                 action: "nack-requeue",
               })
             }
-            yield* Metric.increment(WorkerMetrics.messagesPublished(plan.type))
+            WorkerMetrics.count(WorkerMetrics.messagesPublished(plan.type))
             if (plan.decision.code !== undefined) {
-              yield* Metric.increment(WorkerMetrics.taskFailures(plan.decision.code))
+              WorkerMetrics.count(WorkerMetrics.taskFailures(plan.decision.code))
             }
             return yield* delivery.ack.pipe(
               Effect.as(plan.decision),
-              Effect.catchAll((error) =>
-                Metric.increment(WorkerMetrics.ackFailures).pipe(
-                  Effect.as({
-                    ...plan.decision,
-                    reason: `ack_failed_${
-                      error._tag === "LeaseLost" ? error.reason : error.reason
-                    }`,
-                  }),
-                )
-              ),
+              Effect.catchAll(settleFailed(plan.decision, "ack")),
             )
           })
       }
     }
 
-    const handle = (delivery: Delivery): Effect.Effect<Decision.Decision> =>
-      Effect.uninterruptibleMask((restore) => {
-        const known: Known = {}
-        return restore(prepare(delivery, known)).pipe(
-          Effect.exit,
-          Effect.flatMap((exit): Effect.Effect<Decision.Decision> => {
-            if (Exit.isSuccess(exit)) return settle(delivery, exit.value)
-            if (Cause.isInterruptedOnly(exit.cause)) {
-              return settle(delivery, {
-                _tag: "Requeue",
-                decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
-              })
-            }
-            return Effect.logError(
-              "The delivery engine failed; the message is requeued",
-              exit.cause,
-            ).pipe(
-              Effect.zipRight(
-                settle(delivery, {
-                  _tag: "Requeue",
-                  decision: { ...known, outcome: "engine_error", action: "nack-requeue" },
-                }),
-              ),
-            )
-          }),
-          Effect.tap(Decision.log),
-          Effect.annotateLogs("service", worker.name),
-        )
-      })
-
-    const track = (delivery: Delivery) =>
-      Effect.suspend(() => {
-        inFlight++
-        return Metric.set(WorkerMetrics.tasksInFlight, inFlight)
-      }).pipe(
-        Effect.zipRight(handle(delivery)),
-        Effect.ensuring(Effect.suspend(() => {
-          inFlight--
-          return Effect.zipRight(
-            Metric.set(WorkerMetrics.tasksInFlight, inFlight),
-            permits.release(1),
-          )
-        })),
+    /** Settles, keeps and logs the decision: the end of every delivery. */
+    const finish = (
+      delivery: Delivery,
+      plan: Plan,
+      keep: (decision: Decision.Decision) => void,
+    ): Effect.Effect<Decision.Decision> =>
+      settle(delivery, plan).pipe(
+        Effect.tap((decision) => {
+          keep(decision)
+          WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
+          return Decision.log(decision)
+        }),
       )
 
+    const shutdownOrBroken = (known: Known) => (cause: Cause.Cause<unknown>): Effect.Effect<Plan> =>
+      Cause.isInterruptedOnly(cause)
+        ? Effect.succeed({
+          _tag: "Requeue",
+          decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
+        })
+        : Effect.logError("The delivery engine failed; the message is requeued", cause).pipe(
+          Effect.as<Plan>({
+            _tag: "Requeue",
+            decision: { ...known, outcome: "engine_error", action: "nack-requeue" },
+          }),
+        )
+
+    /**
+     * One delivery's whole life on the current fiber. Only waiting is interruptible (by
+     * shutdown, or by the engine stopping the handler); settling never is.
+     */
+    const process = (
+      delivery: Delivery,
+      slot: Slot,
+      keep: (decision: Decision.Decision) => void = () => {},
+    ): Effect.Effect<Decision.Decision> =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.suspend(() => {
+          WorkerMetrics.tasksInFlight.unsafeUpdate(++inFlight, [])
+          const known: Known = {}
+          let first: ReturnType<typeof prelude>
+          try {
+            first = prelude(delivery, known)
+          } catch (defect) {
+            return shutdownOrBroken(known)(Cause.die(defect)).pipe(
+              Effect.flatMap((plan) => finish(delivery, plan, keep)),
+            )
+          }
+          let annotations = baseAnnotations
+          if (known.taskId !== undefined) {
+            annotations = HashMap.set(annotations, "task_id", known.taskId)
+          }
+          if (known.attempt !== undefined) {
+            annotations = HashMap.set(annotations, "attempt", known.attempt)
+          }
+          const annotate = FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+          if (first._tag !== "Run") {
+            return Effect.zipRight(annotate, finish(delivery, first, keep))
+          }
+          const { envelope, input } = first
+          const run = annotate.pipe(
+            Effect.zipRight(warnClassicOnce(delivery)),
+            Effect.zipRight(restore(publishStarted(delivery, envelope, known))),
+          ).pipe(
+            Effect.matchCauseEffect({
+              onFailure: shutdownOrBroken(known),
+              onSuccess: (failed): Effect.Effect<Plan> => {
+                if (failed !== undefined) {
+                  return Effect.succeed(failed)
+                }
+                const startedAt = clock.unsafeCurrentTimeMillis()
+                return runHandler(envelope, input, known, delivery.lease, slot, restore).pipe(
+                  Effect.flatMap((result) => afterHandler(result, known, restore)),
+                  Effect.tap(() =>
+                    WorkerMetrics.taskDuration.unsafeUpdate(
+                      (clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
+                      [],
+                    )
+                  ),
+                )
+              },
+            }),
+          )
+          return Effect.flatMap(run, (plan) => finish(delivery, plan, keep))
+        })
+      )
+
+    /** A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it. */
+    const spawn: Effect.Effect<void> = Effect.suspend(() => {
+      const slot: Slot = { stopped: false }
+      const loop = Effect.gen(function* () {
+        for (;;) {
+          const next = yield* transport.take
+          if (Option.isNone(next)) return
+          yield* process(next.value, slot)
+        }
+      })
+      return FiberSet.run(
+        fibers,
+        loop.pipe(Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void))),
+      ).pipe(Effect.asVoid)
+    })
+
     return DeliveryEngine.of({
-      handle,
-      run: Stream.runForEach(
-        transport.deliveries,
-        (delivery) => permits.take(1).pipe(Effect.zipRight(FiberSet.run(fibers, track(delivery)))),
-      ),
+      handle: (delivery) =>
+        Effect.gen(function* () {
+          let decision: Decision.Decision | undefined
+          const fiber = yield* Effect.fork(
+            // A stopped handler leaves its fiber interrupted: the decision is kept as it is made.
+            process(delivery, { stopped: false }, (d) => (decision = d)).pipe(
+              Effect.locally(FiberRef.currentLogAnnotations, baseAnnotations),
+            ),
+          )
+          const exit = yield* Fiber.await(fiber)
+          if (decision !== undefined) return decision
+          return yield* Effect.failCause(exit._tag === "Failure" ? exit.cause : Cause.empty).pipe(
+            Effect.orDie,
+          )
+        }),
+      run: Effect.gen(function* () {
+        for (let i = 0; i < settings.concurrency; i++) yield* spawn
+        yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
+      }),
       inFlight: Effect.sync(() => inFlight),
-      awaitIdle: FiberSet.awaitEmpty(fibers),
-      interruptAll: FiberSet.clear(fibers),
+      awaitIdle: Effect.suspend(() =>
+        FiberSet.size(fibers).pipe(
+          Effect.flatMap((size) => (size === 0 ? Effect.void : FiberSet.awaitEmpty(fibers))),
+        )
+      ),
+      interruptAll: Effect.suspend(() => {
+        closing = true
+        return FiberSet.clear(fibers)
+      }),
     })
   })

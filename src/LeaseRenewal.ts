@@ -4,7 +4,9 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
+import type { Scope } from "effect"
+import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
+import * as Timers from "./internal/timers.ts"
 import type { Lease } from "./Transport.ts"
 import type { LeaseLost } from "./WorkerError.ts"
 
@@ -15,7 +17,12 @@ import type { LeaseLost } from "./WorkerError.ts"
  * @category tags
  */
 export class LeaseRenewal extends Context.Tag("@async-task/worker/LeaseRenewal")<LeaseRenewal, {
-  /** Runs while the lease is held, renewing it if it can be; completes with why it was lost. */
+  /**
+   * Holds the lease until the returned release is called: renews it if it can be, and calls
+   * `onLost` once if it is lost first (taken back, or a renewal refused).
+   */
+  readonly hold: (lease: Lease, onLost: (lost: LeaseLost) => void) => Effect.Effect<() => void>
+  /** Holds the lease for as long as this runs; completes with why it was lost. */
   readonly keep: (lease: Lease) => Effect.Effect<LeaseLost>
 }>() {}
 
@@ -30,29 +37,64 @@ export const renewalInterval = (duration: Duration.Duration): Duration.Duration 
   Duration.millis(Duration.toMillis(duration) * 2 / 3)
 
 /**
- * Renews on a `Schedule.spaced` of two thirds of the lease.
+ * Lease keeping whose renewals share one timer fiber for the whole scope, rather than a fiber
+ * per lease: every delivery holds a lease, and a fiber each would cost more than the task.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make: LeaseRenewal["Type"] = LeaseRenewal.of({
-  keep: (lease) => {
-    if (Option.isNone(lease.renew) || Option.isNone(lease.duration)) return lease.lost
-    const interval = renewalInterval(lease.duration.value)
-    const renewing = lease.renew.value.pipe(
-      Effect.repeat(Schedule.spaced(interval)),
-      Effect.delay(interval),
-      Effect.zipRight(Effect.never),
-      Effect.flip,
-    )
-    return Effect.raceFirst(lease.lost, renewing)
+export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Effect.gen(
+  function* () {
+    const timers = yield* Timers.make
+    const hold = (lease: Lease, onLost: (lost: LeaseLost) => void) =>
+      Effect.sync(() => {
+        let held = true
+        const lose = (lost: LeaseLost) => {
+          if (!held) return
+          held = false
+          onLost(lost)
+        }
+        const stopWatching = lease.onLost(lose)
+        let cancelRenewal = () => {}
+        if (Option.isSome(lease.renew) && Option.isSome(lease.duration)) {
+          const renew = lease.renew.value
+          const interval = Duration.toMillis(renewalInterval(lease.duration.value))
+          const renewal: Effect.Effect<void> = Effect.suspend(() =>
+            held
+              ? renew.pipe(Effect.match({
+                onFailure: lose,
+                onSuccess: () => {
+                  if (held) cancelRenewal = timers.after(interval, renewal)
+                },
+              }))
+              : Effect.void
+          )
+          cancelRenewal = timers.after(interval, renewal)
+        }
+        return () => {
+          held = false
+          stopWatching()
+          cancelRenewal()
+        }
+      })
+    return LeaseRenewal.of({
+      hold,
+      keep: (lease) =>
+        Effect.flatMap(Deferred.make<LeaseLost>(), (lost) =>
+          Effect.acquireUseRelease(
+            hold(lease, (why) => Deferred.unsafeDone(lost, Effect.succeed(why))),
+            () => Deferred.await(lost),
+            (release) => Effect.sync(release),
+          )),
+    })
   },
-})
+)
 
 /**
- * The renewal service.
+ * The renewal service. Scoped: its timer fiber lives as long as the layer, so build it where
+ * the engine lives (`Layer.build` in the worker's scope), not in a passing `Effect.provide`.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<LeaseRenewal> = Layer.succeed(LeaseRenewal, make)
+export const layer: Layer.Layer<LeaseRenewal> = Layer.scoped(LeaseRenewal, make)

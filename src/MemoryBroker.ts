@@ -7,21 +7,11 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import {
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Layer,
-  Option,
-  Schedule,
-  Stream,
-  SubscriptionRef,
-} from "effect"
+import { Context, Duration, Effect, Layer, Option, Queue, Schedule, SubscriptionRef } from "effect"
 import { BrokerCore, type ConsumerCore, type Held } from "./internal/memoryBroker.ts"
 import { Settings } from "./Settings.ts"
 import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
-import { PublishError } from "./WorkerError.ts"
+import { type LeaseLost, PublishError } from "./WorkerError.ts"
 
 /**
  * A message as the broker stored it.
@@ -98,6 +88,8 @@ const settle = (result: ReturnType<BrokerCore["ack"]>) =>
 
 const toDelivery = (core: BrokerCore, h: Held, classic: boolean): Delivery => {
   const count = h.message.deliveryCount
+  const settleWith = (f: (h: Held) => LeaseLost | undefined) =>
+    Effect.suspend(() => settle(f.call(core, h)))
   return {
     body: h.message.body,
     redeliveries: classic
@@ -107,14 +99,15 @@ const toDelivery = (core: BrokerCore, h: Held, classic: boolean): Delivery => {
       duration: h.leaseMillis === undefined
         ? Option.none()
         : Option.some(Duration.millis(h.leaseMillis)),
-      renew: h.leaseMillis === undefined
-        ? Option.none()
-        : Option.some(Effect.suspend(() => settle(core.renew(h)))),
-      lost: Deferred.await(h.lost),
+      renew: h.leaseMillis === undefined ? Option.none() : Option.some(settleWith(core.renew)),
+      lost: Effect.async<LeaseLost>((resume) =>
+        Effect.sync(core.onLost(h, (lost) => resume(Effect.succeed(lost))))
+      ),
+      onLost: (listener) => core.onLost(h, listener),
       isLost: Effect.sync(() => h.state === "lost"),
     },
-    ack: Effect.suspend(() => settle(core.ack(h))),
-    requeue: Effect.suspend(() => settle(core.requeue(h))),
+    ack: settleWith(core.ack),
+    requeue: settleWith(core.requeue),
   }
 }
 
@@ -179,13 +172,19 @@ export const make = (
         const classic = o.classic ?? false
         const consumer: ConsumerCore = yield* Effect.acquireRelease(
           Effect.sync(() => core.addConsumer(o.inQueue, o.capacity, leaseMillis)),
-          (c) => Effect.sync(() => core.close(c)),
+          (c) => Effect.sync(() => core.close(c)).pipe(Effect.zipRight(c.inbox.shutdown)),
         )
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
-          deliveries: Stream.fromQueue(consumer.inbox).pipe(
-            Stream.map((h) => toDelivery(core, h, classic)),
+          take: Queue.take(consumer.inbox).pipe(
+            Effect.map((h) => Option.some(toDelivery(core, h, classic))),
+            Effect.catchAllCause((cause) =>
+              Effect.flatMap(
+                consumer.inbox.isShutdown,
+                (down) => (down ? Effect.succeedNone : Effect.failCause(cause)),
+              )
+            ),
           ),
           publish: (body, type) => publish(o.outQueue, body, type),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),

@@ -85,6 +85,8 @@ export const make = (
                   Effect.zipRight(drop("publish_failed")),
                 )
               ),
+              // close interrupts the wait for the interval, but waits out a publish under way.
+              Effect.uninterruptible,
             )
           }
         })

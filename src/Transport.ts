@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Effect, Option, Stream, SubscriptionRef } from "effect"
-import { Context, Data } from "effect"
+import type { Duration, SubscriptionRef } from "effect"
+import { Context, Data, Effect, Option, Stream } from "effect"
 import type { MessageType } from "./Protocol.ts"
 import type { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
 
@@ -42,6 +42,11 @@ export interface Lease {
   readonly renew: Option.Option<Effect.Effect<void, LeaseLost>>
   /** Completes, with why, when the lease is lost. Never completes for a settled delivery. */
   readonly lost: Effect.Effect<LeaseLost>
+  /**
+   * Calls `listener` once when the lease is lost (at once if it already is); the returned
+   * function stops listening. The engine listens this way rather than with a fiber per lease.
+   */
+  readonly onLost: (listener: (lost: LeaseLost) => void) => () => void
   /** Whether the lease is lost now: checked before anything is published for the task. */
   readonly isLost: Effect.Effect<boolean>
 }
@@ -78,11 +83,15 @@ export type ConnectionStatus = "connecting" | "connected" | "disconnected" | "cl
  */
 export class Transport extends Context.Tag("@async-task/worker/Transport")<Transport, {
   /**
-   * The deliveries of the input queue. The transport never holds more unsettled deliveries
-   * than the capacity (the prefetch): that is the back-pressure.
+   * The next delivery of the input queue, waiting for one; `None` once intake has stopped.
+   * The transport never holds more unsettled deliveries than the capacity (the prefetch):
+   * that is the back-pressure. Several fibers may take at once.
    */
-  readonly deliveries: Stream.Stream<Delivery, TransportError>
-  /** Publishes to the output queue; completes only once the broker has confirmed. */
+  readonly take: Effect.Effect<Option.Option<Delivery>, TransportError>
+  /**
+   * Publishes to the output queue; completes only once the broker has confirmed, and fails
+   * within a bounded time otherwise (the engine sets no time limit of its own).
+   */
   readonly publish: (body: Uint8Array, type: MessageType) => Effect.Effect<void, PublishError>
   /** Changes the capacity at run time, without touching deliveries in hand. */
   readonly setCapacity: (capacity: number) => Effect.Effect<void>
@@ -91,3 +100,19 @@ export class Transport extends Context.Tag("@async-task/worker/Transport")<Trans
   /** The connection's state, for readiness. */
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
 }>() {}
+
+/**
+ * The transport's deliveries as a stream, ending when intake stops.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const deliveries = (transport: Transport["Type"]): Stream.Stream<Delivery, TransportError> =>
+  Stream.repeatEffectOption(
+    transport.take.pipe(
+      Effect.mapError(Option.some),
+      Effect.flatMap(
+        Option.match({ onNone: () => Effect.fail(Option.none()), onSome: Effect.succeed }),
+      ),
+    ),
+  )

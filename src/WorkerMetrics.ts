@@ -138,3 +138,12 @@ export const progressDropped = tagged(
   Metric.counter("worker_progress_dropped_total", { description: "Progress updates not sent" }),
   "reason",
 )
+
+/**
+ * Adds one to `counter` at once, outside any Effect: for the engine's hot path, where an
+ * Effect per increment would cost more than the rest of a task's bookkeeping.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const count = (counter: Metric.Metric.Counter<number>): void => counter.unsafeUpdate(1, [])

@@ -27,6 +27,10 @@ const makeLease = (options: {
         : Option.some(Duration.decode(options.duration)),
       renew: options.renewable === false ? Option.none() : Option.some(renew),
       lost: Deferred.await(lost),
+      onLost: (listener) => {
+        const watcher = Effect.runFork(Effect.map(Deferred.await(lost), listener))
+        return () => watcher.unsafeInterruptAsFork(watcher.id())
+      },
       isLost: Deferred.isDone(lost),
     }
     return {
@@ -37,7 +41,9 @@ const makeLease = (options: {
     }
   })
 
-const keep = LeaseRenewal.make.keep
+/** Keeps the lease with renewal timers of its own, on the test's clock. */
+const keep = (lease: Lease) =>
+  Effect.scoped(Effect.flatMap(LeaseRenewal.make, (renewal) => renewal.keep(lease)))
 
 describe("LeaseRenewal", () => {
   it("renews at two thirds of the duration", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Option, Stream, SubscriptionRef, TestClock } from "effect"
+import { Effect, Fiber, Option, SubscriptionRef, TestClock } from "effect"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import { type Delivery, Redeliveries, type Transport } from "../src/Transport.ts"
 import { LeaseLost, PublishError } from "../src/WorkerError.ts"
@@ -14,7 +14,7 @@ const options = (
   o: Partial<MemoryBroker.TransportOptions> = {},
 ): MemoryBroker.TransportOptions => ({ inQueue: IN, outQueue: OUT, capacity: 2, ...o })
 
-/** Publishes `m1` … `mN` to the input queue. */
+/** Publishes `m<from>` … `m<to>` to the input queue. */
 const publishAll = (broker: MemoryBroker.MemoryBroker["Type"], from: number, to: number) =>
   Effect.forEach(
     Array.from({ length: to - from + 1 }, (_, i) => `m${from + i}`),
@@ -22,31 +22,14 @@ const publishAll = (broker: MemoryBroker.MemoryBroker["Type"], from: number, to:
     { discard: true },
   )
 
-/**
- * Reads a transport's deliveries one at a time. The stream pulls whatever the transport has
- * delivered at once; the rest waits in a buffer for the next `take`, so nothing is lost.
- */
+/** Reads a transport's deliveries one at a time with `take`. */
 const reader = (transport: Transport["Type"]) =>
-  Effect.gen(function* () {
-    const pull = yield* Stream.toPull(transport.deliveries)
-    const buffer: Array<Delivery> = []
-    const next: Effect.Effect<Option.Option<Delivery>> = Effect.suspend(() =>
-      buffer.length > 0 ? Effect.succeed(Option.some(buffer.shift()!)) : pull.pipe(
-        Effect.matchEffect({
-          onFailure: Option.match({
-            onNone: () => Effect.succeed(Option.none<Delivery>()),
-            onSome: (error) => Effect.die(error),
-          }),
-          onSuccess: (chunk) => {
-            buffer.push(...chunk)
-            return next
-          },
-        }),
-      )
-    )
+  Effect.sync(() => {
+    const next: Effect.Effect<Option.Option<Delivery>> = Effect.orDie(transport.take)
     const take = Effect.flatMap(next, (d) =>
       Option.isSome(d) ? Effect.succeed(d.value) : Effect.dieMessage("the deliveries ended"))
-    const takeN = (n: number) => Effect.replicateEffect(take, n)
+    const takeN = (n: number) =>
+      Effect.replicateEffect(take, n)
     return { next, take, takeN }
   })
 
@@ -284,7 +267,7 @@ describe("MemoryBroker", () => {
         const d = yield* take
         expect(Option.isNone(d.lease.duration)).toBe(true)
         expect(Option.isNone(d.lease.renew)).toBe(true)
-        yield* TestClock.adjust("30 seconds")
+        yield* TestClock.adjust("10 seconds")
         expect(yield* d.lease.isLost).toBe(false)
         yield* d.ack
       }))

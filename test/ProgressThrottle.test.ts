@@ -227,11 +227,15 @@ describe("ProgressThrottle", () => {
       yield* progress.report(0.1)
       yield* settle
       yield* TestClock.adjust("50 millis")
+      yield* progress.report(0.2)
       const closing = yield* Effect.fork(progress.close)
       yield* TestClock.adjust("49 millis")
       expect(Option.isNone(yield* Fiber.poll(closing))).toBe(true)
       yield* TestClock.adjust("1 millis")
       yield* Fiber.join(closing)
+      expect(sent).toEqual([100])
+      // The update held meanwhile was dropped by close.
+      yield* TestClock.adjust("5 seconds")
       expect(sent).toEqual([100])
     }))
 

@@ -3,7 +3,7 @@
  * fencing. Synchronous and single-threaded by construction; `MemoryBroker.ts` wraps it in
  * Effect services.
  */
-import { Deferred, Effect, FiberId, Queue } from "effect"
+import { Effect, Queue } from "effect"
 import { LeaseLost } from "../WorkerError.ts"
 
 export interface StoredMessage {
@@ -22,7 +22,10 @@ export interface Held {
   readonly leaseMillis: number | undefined
   deadline: number
   state: LeaseState
-  readonly lost: Deferred.Deferred<LeaseLost>
+  /** Why the lease was lost, once it is. */
+  lostWith: LeaseLost | undefined
+  /** Who to tell when it is. */
+  listeners: Set<(lost: LeaseLost) => void> | undefined
 }
 
 export interface QueueCore {
@@ -186,12 +189,38 @@ export class BrokerCore {
       const h = hs[i]!
       if (h.state !== "held") continue
       this.release(h, "lost")
-      Deferred.unsafeDone(h.lost, Effect.succeed(new LeaseLost({ reason })))
+      const lost = new LeaseLost({ reason })
+      h.lostWith = lost
+      const listeners = h.listeners
+      h.listeners = undefined
+      if (listeners !== undefined) {
+        for (const listener of listeners) {
+          try {
+            listener(lost)
+          } catch {
+            // A listener's failure is its own: the broker's state must stay whole.
+          }
+        }
+      }
       h.message.deliveryCount++
       this.requeueFront(h.message.queue, h.message)
       queues.add(h.message.queue)
     }
     for (const q of queues) this.dispatch(q)
+  }
+
+  /** Calls `listener` when the lease is lost, or at once if it is. */
+  onLost(h: Held, listener: (lost: LeaseLost) => void): () => void {
+    if (h.lostWith !== undefined) {
+      listener(h.lostWith)
+      return () => {}
+    }
+    if (h.state !== "held") return () => {}
+    const listeners = (h.listeners ??= new Set())
+    listeners.add(listener)
+    return () => {
+      listeners.delete(listener)
+    }
   }
 
   private release(h: Held, state: LeaseState): void {
@@ -230,7 +259,8 @@ export class BrokerCore {
       leaseMillis,
       deadline: leaseMillis === undefined ? Infinity : this.now() + leaseMillis,
       state: "held",
-      lost: Deferred.unsafeMake<LeaseLost>(FiberId.none),
+      lostWith: undefined,
+      listeners: undefined,
     }
     this.leased.add(h)
     consumer?.held.add(h)

@@ -19,7 +19,7 @@ export interface Timers {
 }
 
 /** Timers whose fiber, and whose pending actions, end with the scope. */
-export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function*() {
+export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
   const clock = yield* Effect.clock
   const scope = yield* Effect.scope
   const lanes = new Map<number, Set<Entry>>()
@@ -30,7 +30,9 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     let best: { entry: Entry; lane: Set<Entry>; delay: number } | undefined
     for (const [delay, lane] of lanes) {
       const head = lane.values().next().value
-      if (head !== undefined && (best === undefined || head.due < best.entry.due)) best = { entry: head, lane, delay }
+      if (head !== undefined && (best === undefined || head.due < best.entry.due)) {
+        best = { entry: head, lane, delay }
+      }
     }
     return best
   }
@@ -58,7 +60,7 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     return () => remove(delayMillis, owner, entry)
   }
 
-  const loop = Effect.gen(function*() {
+  const loop = Effect.gen(function* () {
     for (;;) {
       const now = clock.unsafeCurrentTimeMillis()
       let next = earliest()

@@ -6,7 +6,7 @@ const settle = Effect.repeatN(Effect.yieldNow(), 20)
 
 describe("Timers", () => {
   it.scoped("runs an action when its delay has passed, not before", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       timers.after(1000, Effect.sync(() => fired.push("a")))
@@ -20,7 +20,7 @@ describe("Timers", () => {
     }))
 
   it.scoped("a cancelled timer never runs", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       const cancel = timers.after(1000, Effect.sync(() => fired.push("a")))
@@ -32,7 +32,7 @@ describe("Timers", () => {
     }))
 
   it.scoped("timers of different delays fire in due order, a shorter one registered later first", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       timers.after(30_000, Effect.sync(() => fired.push("30s")))
@@ -53,7 +53,7 @@ describe("Timers", () => {
     }))
 
   it.scoped("goes idle when empty and wakes for the next timer", () =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<number> = []
       timers.after(10, Effect.sync(() => fired.push(1)))
