@@ -66,18 +66,13 @@ export const make = (
         let sending = false
         let sender: Fiber.RuntimeFiber<void> | undefined
 
-        const send = Effect.gen(function* () {
-          for (;;) {
-            const wait = lastSentAt + intervalMillis - (yield* Clock.currentTimeMillis)
-            if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
-            const body = held
-            if (body === undefined) {
-              sending = false
-              return
-            }
-            held = undefined
-            lastSentAt = yield* Clock.currentTimeMillis
-            yield* publish(body, "progress").pipe(
+        const publishHeld = Effect.suspend(() => {
+          const body = held
+          if (body === undefined) return Effect.void
+          held = undefined
+          return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            lastSentAt = now
+            return publish(body, "progress").pipe(
               Effect.tap(() => Metric.increment(WorkerMetrics.messagesPublished("progress"))),
               Effect.catchAll((error) =>
                 Effect.logWarning("A progress message was not published; the task goes on").pipe(
@@ -88,6 +83,18 @@ export const make = (
               // close interrupts the wait for the interval, but waits out a publish under way.
               Effect.uninterruptible,
             )
+          })
+        })
+
+        const send = Effect.gen(function* () {
+          for (;;) {
+            const wait = lastSentAt + intervalMillis - (yield* Clock.currentTimeMillis)
+            if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
+            if (held === undefined) {
+              sending = false
+              return
+            }
+            yield* publishHeld
           }
         })
 
@@ -128,13 +135,21 @@ export const make = (
             return started
           })
 
+        // An update already due when the task concludes goes out first (the sender may not have
+        // run yet); one still held back by the interval is dropped: the terminal message is the 100%.
         const close = Effect.suspend(() => {
           if (closed) return Effect.void
           closed = true
-          const dropped = held !== undefined
-          held = undefined
           const stop = sending && sender !== undefined ? Fiber.interrupt(sender) : Effect.void
-          return dropped ? Effect.zipRight(drop("concluded"), stop) : stop
+          return Effect.zipRight(
+            stop,
+            Effect.flatMap(Clock.currentTimeMillis, (now) => {
+              if (held === undefined) return Effect.void
+              if (lastSentAt + intervalMillis <= now) return publishHeld
+              held = undefined
+              return drop("concluded")
+            }),
+          )
         }).pipe(Effect.asVoid)
 
         yield* Effect.addFinalizer(() => close)

@@ -13,9 +13,11 @@ const worker = Worker.make({
   output: Schema.Struct({ words: Schema.Number }),
   timeout: "5 seconds",
   handler: (input, ctx) =>
-    Effect.gen(function*() {
+    Effect.gen(function* () {
       yield* ctx.progress(0.5)
-      if (!input.text.trim()) return yield* new FatalError({ code: "EMPTY_TEXT", message: "Nothing to count." })
+      if (!input.text.trim()) {
+        return yield* new FatalError({ code: "EMPTY_TEXT", message: "Nothing to count." })
+      }
       return { words: input.text.trim().split(/\s+/).length }
     }),
 })
@@ -67,13 +69,23 @@ test("an async handler from the built package", async () => {
 
 test("the protocol subpath encodes and decodes", () => {
   const bytes = encodeMessage({ type: "started", task_id: "t-1", hostname: "pod-a" })
-  assert.equal(new TextDecoder().decode(bytes), '{"task_id":"t-1","data":{"message_type":"started","hostname":"pod-a"}}')
+  assert.equal(
+    new TextDecoder().decode(bytes),
+    '{"task_id":"t-1","data":{"message_type":"started","hostname":"pod-a"}}',
+  )
   assert.equal(decodeEnvelope(new TextEncoder().encode("[1]"))._tag, "Poison")
 })
 
 test("a definition error is a WorkerDefinitionError", () => {
   assert.throws(
-    () => Worker.make({ name: "", input: Schema.String, output: Schema.String, timeout: "1 second", handler: () => Effect.void }),
+    () =>
+      Worker.make({
+        name: "",
+        input: Schema.String,
+        output: Schema.String,
+        timeout: "1 second",
+        handler: () => Effect.void,
+      }),
     (error) => error._tag === "WorkerDefinitionError",
   )
 })

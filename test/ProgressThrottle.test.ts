@@ -214,6 +214,16 @@ describe("ProgressThrottle", () => {
       expect(yield* concluded).toBe(2)
     }))
 
+  it.scoped("close sends an update that was due at once, even if the sender has not run yet", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const progress = yield* throttle.open("t-1")
+      // A handler that reports and returns at once: the conclusion comes before the sender runs.
+      yield* progress.report(0.5)
+      yield* progress.close
+      expect(publisher.timeline()).toEqual([[0, 0.5]])
+    }))
+
   it.scoped("close waits out a publish under way", () =>
     Effect.gen(function* () {
       const sent: Array<number> = []
