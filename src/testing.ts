@@ -155,8 +155,11 @@ export const make = <A, I, O, R>(
     const settings = yield* Settings.make(
       { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
       {
-        retryBackoffBase: Duration.millis(1),
-        retryBackoffMax: Duration.millis(1),
+        // A millisecond of backoff, unless the test sets either bound itself.
+        ...(options.settingsOverrides?.retryBackoffBase === undefined &&
+            options.settingsOverrides?.retryBackoffMax === undefined
+          ? { retryBackoffBase: Duration.millis(1), retryBackoffMax: Duration.millis(1) }
+          : {}),
         ...options.settingsOverrides,
       },
     )
