@@ -192,7 +192,9 @@ export const start = <A, I, O, R>(
     const drain = yield* Drain.make.pipe(
       Effect.provideService(DeliveryEngine.DeliveryEngine, engine),
     )
-    const consuming = yield* Effect.forkScoped(engine.run)
+    const consuming = yield* Effect.forkScoped(
+      engine.run.pipe(Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause))),
+    )
     return {
       drain: drain.drain,
       inFlight: engine.inFlight,
