@@ -95,6 +95,20 @@ export class PublishError extends Data.TaggedError("PublishError")<{
  * @category transport errors
  */
 export class TransportError extends Data.TaggedError("TransportError")<{
-  readonly reason: "connect" | "declare" | "consume" | "settle" | "closed"
+  readonly reason:
+    | "connect"
+    | "declare"
+    | "consume"
+    | "settle"
+    | "closed"
+    | "access_refused"
+    | "precondition_failed"
+    | "not_configured"
   readonly message: string
-}> {}
+}> {
+  /** A configuration error (refused credentials, a conflicting queue, no broker URL): retrying cannot help. */
+  get isConfiguration(): boolean {
+    return this.reason === "access_refused" || this.reason === "precondition_failed" ||
+      this.reason === "not_configured"
+  }
+}

@@ -3,6 +3,8 @@
  */
 
 /** @since 0.1.0 */
+export * as AmqpTransport from "./AmqpTransport.ts"
+/** @since 0.1.0 */
 export * as Decision from "./Decision.ts"
 /** @since 0.1.0 */
 export * as DeliveryEngine from "./DeliveryEngine.ts"

@@ -1,0 +1,430 @@
+/**
+ * The RabbitMQ transport, on amqplib: a confirm channel for publishing, a consumer channel with
+ * manual acks and prefetch, quorum `x-delivery-count` (or the classic redelivered flag), leases
+ * that die with their channel, a lossless close, and reconnection with capped, jittered
+ * exponential backoff.
+ *
+ * @since 0.1.0
+ */
+import { Buffer } from "node:buffer"
+import type * as Amqp from "amqplib"
+import { connect } from "amqplib"
+import type { Scope } from "effect"
+import {
+  Deferred,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Queue,
+  Redacted,
+  Ref,
+  Schedule,
+  SubscriptionRef,
+} from "effect"
+import { Settings } from "./Settings.ts"
+import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
+import { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
+
+/**
+ * Options of the RabbitMQ transport.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AmqpTransportOptions {
+  /** `amqp://` or `amqps://`, with the vhost and `heartbeat` query. Redacted: it holds the password. */
+  readonly url: Redacted.Redacted<string>
+  readonly inQueue: string
+  readonly outQueue: string
+  /** The prefetch: unsettled deliveries at most. */
+  readonly capacity: number
+  /** The longest a publish waits for the broker's confirm. Default 10 s. */
+  readonly confirmTimeout?: Duration.DurationInput | undefined
+  /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
+  readonly reconnectBase?: Duration.DurationInput | undefined
+  readonly reconnectMax?: Duration.DurationInput | undefined
+}
+
+/**
+ * What a closing step may take at most: closing must end even when the broker does not answer.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const CLOSE_STEP_TIMEOUT = Duration.seconds(5)
+
+/** The URL without its password, for messages and logs. */
+export const redactUrl = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password !== "") parsed.password = "***"
+    return parsed.toString()
+  } catch {
+    return "(an unparsable URL)"
+  }
+}
+
+const describe = (
+  error: unknown,
+): string => (error instanceof Error ? error.message : String(error))
+
+const connectError = (error: unknown, url: string): TransportError => {
+  const text = describe(error).replaceAll(url, redactUrl(url))
+  return /ACCESS[-_]REFUSED|\b403\b/.test(text)
+    ? new TransportError({
+      reason: "access_refused",
+      message: `The broker refused the credentials of ${redactUrl(url)}`,
+    })
+    : new TransportError({
+      reason: "connect",
+      message: `Cannot connect to ${redactUrl(url)}: ${text}`,
+    })
+}
+
+const declareError = (error: unknown, queue: string): TransportError =>
+  (error as { code?: unknown })?.code === 406
+    ? new TransportError({
+      reason: "precondition_failed",
+      message:
+        `The queue "${queue}" exists with other arguments than a durable queue declared without arguments: ${
+          describe(error)
+        }`,
+    })
+    : new TransportError({
+      reason: "declare",
+      message: `Declaring the queue "${queue}" failed: ${describe(error)}`,
+    })
+
+/** One channel's leases: all lost together when the channel goes. */
+class ChannelLeases {
+  lost: LeaseLost | undefined
+  private readonly listeners = new Set<(lost: LeaseLost) => void>()
+  onLost(listener: (lost: LeaseLost) => void): () => void {
+    if (this.lost !== undefined) {
+      listener(this.lost)
+      return () => {}
+    }
+    this.listeners.add(listener)
+    return () => void this.listeners.delete(listener)
+  }
+  lose(reason: LeaseLost["reason"]): void {
+    if (this.lost !== undefined) return
+    this.lost = new LeaseLost({ reason })
+    for (const listener of this.listeners) {
+      try {
+        listener(this.lost)
+      } catch {
+        // A listener's failure is its own.
+      }
+    }
+    this.listeners.clear()
+  }
+}
+
+const toDelivery = (
+  message: Amqp.ConsumeMessage,
+  channel: Amqp.Channel,
+  leases: ChannelLeases,
+): Delivery => {
+  const count = message.properties.headers?.["x-delivery-count"]
+  const settle = (f: () => void) =>
+    Effect.suspend(() => {
+      if (leases.lost !== undefined) return Effect.fail(leases.lost)
+      try {
+        f()
+        return Effect.void
+      } catch {
+        return Effect.fail(new LeaseLost({ reason: "channel_closed" }))
+      }
+    })
+  return {
+    body: message.content,
+    redeliveries: typeof count === "number"
+      ? Redeliveries.Counted({ count })
+      : Redeliveries.Flagged({ redelivered: message.fields.redelivered }),
+    lease: {
+      duration: Option.none(),
+      renew: Option.none(),
+      lost: Effect.async<LeaseLost>((resume) =>
+        Effect.sync(leases.onLost((lost) => resume(Effect.succeed(lost))))
+      ),
+      onLost: (listener) => leases.onLost(listener),
+      isLost: Effect.sync(() => leases.lost !== undefined),
+    },
+    ack: settle(() => channel.ack(message)),
+    requeue: settle(() => channel.nack(message, false, true)),
+  }
+}
+
+interface Session {
+  readonly publisher: Amqp.ConfirmChannel
+  readonly returned: Set<string>
+}
+
+/**
+ * A transport that connects (and reconnects) in the background for as long as the scope lives.
+ * A configuration error (refused credentials, a conflicting queue) is not retried: `take`
+ * fails with it.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: AmqpTransportOptions,
+): Effect.Effect<Transport["Type"], never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const url = Redacted.value(options.url)
+    const confirmTimeout = Duration.decode(options.confirmTimeout ?? Duration.seconds(10))
+    const inbox = yield* Queue.unbounded<Delivery>()
+    const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+    let fatal: TransportError | undefined
+    const current = yield* Ref.make<Option.Option<Session>>(Option.none())
+    const sessionReady = yield* Ref.make(yield* Deferred.make<Session>())
+    let intakeStopped = false
+    let capacity = options.capacity
+    let consumer: { readonly channel: Amqp.Channel; readonly tag: string } | undefined
+    let sequence = 0
+
+    const tryPromise = <A>(f: () => Promise<A>, onError: (e: unknown) => TransportError) =>
+      Effect.tryPromise({ try: f, catch: onError })
+
+    const cancelConsumer = Effect.suspend(() => {
+      const c = consumer
+      consumer = undefined
+      if (c === undefined) return Effect.void
+      // Waiting for cancel-ok means every ack sent before it has reached the broker.
+      return tryPromise(() => c.channel.cancel(c.tag), (e) =>
+        new TransportError({ reason: "closed", message: describe(e) })).pipe(
+          Effect.timeout(CLOSE_STEP_TIMEOUT),
+          Effect.ignore,
+        )
+    })
+
+    /** One connection's life: returns when the connection is lost. */
+    const session = Effect.gen(function* () {
+      const connection = yield* Effect.acquireRelease(
+        tryPromise(() =>
+          connect(url, { noDelay: true, timeout: 10_000 }), (e) =>
+          connectError(e, url)),
+        (c) =>
+          Effect.promise(() =>
+            c.close().catch(() =>
+              undefined
+            )
+          ).pipe(Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore),
+      )
+      const ended = yield* Deferred.make<void>()
+      connection.on("error", () => {})
+      connection.on("close", () =>
+        Deferred.unsafeDone(ended, Effect.void))
+      for (const queue of [options.inQueue, options.outQueue]) {
+        const channel = yield* tryPromise(() =>
+          connection.createChannel(), (e) =>
+          connectError(e, url))
+        channel.on("error", () => {})
+        yield* tryPromise(() =>
+          channel.assertQueue(queue, { durable: true }), (e) =>
+          declareError(e, queue))
+        yield* Effect.promise(() =>
+          channel.close().catch(() =>
+            undefined
+          )
+        )
+      }
+      const publisher = yield* tryPromise(
+        () => connection.createConfirmChannel(),
+        (e) => connectError(e, url),
+      )
+      const returned = new Set<string>()
+      publisher.on("error", () => {})
+      publisher.on("close", () => Deferred.unsafeDone(ended, Effect.void))
+      publisher.on("return", (message: Amqp.Message) => {
+        if (typeof message.properties.messageId === "string") {
+          returned.add(message.properties.messageId)
+        }
+      })
+      yield* Effect.addFinalizer(() =>
+        Effect.promise(() => publisher.waitForConfirms().catch(() => undefined)).pipe(
+          Effect.timeout(CLOSE_STEP_TIMEOUT),
+          Effect.ignore,
+        )
+      )
+      const leases = new ChannelLeases()
+      if (!intakeStopped) {
+        const channel = yield* tryPromise(
+          () => connection.createChannel(),
+          (e) => connectError(e, url),
+        )
+        channel.on("error", () => {})
+        channel.on("close", () => {
+          leases.lose("channel_closed")
+          Deferred.unsafeDone(ended, Effect.void)
+        })
+        yield* tryPromise(() => channel.prefetch(capacity), (e) => connectError(e, url))
+        const { consumerTag } = yield* tryPromise(
+          () =>
+            channel.consume(options.inQueue, (message) => {
+              if (message === null) {
+                // basic.cancel from the server (the queue was deleted, or the consumer timed out).
+                leases.lose("consumer_cancelled")
+                Deferred.unsafeDone(ended, Effect.void)
+                return
+              }
+              Queue.unsafeOffer(inbox, toDelivery(message, channel, leases))
+            }, { noAck: false }),
+          (e) =>
+            new TransportError({
+              reason: "consume",
+              message: `Consuming "${options.inQueue}" failed: ${describe(e)}`,
+            }),
+        )
+        consumer = { channel, tag: consumerTag }
+        yield* Effect.addFinalizer(() =>
+          cancelConsumer.pipe(Effect.zipRight(Effect.sync(() => leases.lose("channel_closed"))))
+        )
+      }
+      const ready: Session = { publisher, returned }
+      yield* Ref.set(current, Option.some(ready))
+      yield* Effect.flatMap(Ref.get(sessionReady), (d) => Deferred.succeed(d, ready))
+      yield* SubscriptionRef.set(status, "connected")
+      yield* Deferred.await(ended)
+      yield* Effect.logWarning("The broker connection was lost: reconnecting")
+    }).pipe(
+      Effect.ensuring(
+        Effect.all([
+          Ref.set(current, Option.none()),
+          Deferred.make<Session>().pipe(Effect.flatMap((d) => Ref.set(sessionReady, d))),
+          SubscriptionRef.update(status, (s) => (s === "closed" ? s : "disconnected")),
+        ]),
+      ),
+      Effect.scoped,
+    )
+
+    const backoff = Schedule.exponential(options.reconnectBase ?? Duration.millis(100)).pipe(
+      Schedule.jittered,
+      Schedule.either(Schedule.spaced(options.reconnectMax ?? Duration.seconds(3))),
+    )
+
+    yield* session.pipe(
+      Effect.tapError((error) =>
+        error.isConfiguration
+          ? Effect.void
+          : Effect.logWarning(`Broker connection attempt failed: ${error.message}`)
+      ),
+      Effect.retry({ schedule: backoff, while: (error) => !error.isConfiguration }),
+      Effect.forever,
+      Effect.catchAll((error) =>
+        Effect.logError(error.message).pipe(
+          Effect.zipRight(Effect.sync(() => (fatal = error))),
+          Effect.zipRight(Queue.shutdown(inbox)),
+        )
+      ),
+      Effect.forkScoped,
+    )
+    yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
+
+    const publish: Transport["Type"]["publish"] = (body, type) =>
+      Effect.flatMap(Ref.get(sessionReady), Deferred.await).pipe(
+        Effect.flatMap(({ publisher, returned }) =>
+          Effect.async<void, PublishError>((resume) => {
+            const messageId = `${++sequence}`
+            try {
+              publisher.publish(
+                "",
+                options.outQueue,
+                Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+                {
+                  persistent: true,
+                  contentType: "application/json",
+                  type,
+                  mandatory: true,
+                  messageId,
+                },
+                (error) => {
+                  if (error) {
+                    return resume(
+                      Effect.fail(new PublishError({ reason: "nacked", messageType: type })),
+                    )
+                  }
+                  if (returned.delete(messageId)) {
+                    return resume(
+                      Effect.fail(new PublishError({ reason: "returned", messageType: type })),
+                    )
+                  }
+                  resume(Effect.void)
+                },
+              )
+            } catch {
+              resume(Effect.fail(new PublishError({ reason: "closed", messageType: type })))
+            }
+          })
+        ),
+        Effect.timeoutFail({
+          duration: confirmTimeout,
+          onTimeout: () => new PublishError({ reason: "timeout", messageType: type }),
+        }),
+      )
+
+    const stopIntake = Effect.suspend(() => {
+      intakeStopped = true
+      return cancelConsumer.pipe(
+        // Delivered but never taken: give them back now rather than when the channel closes.
+        Effect.zipRight(Queue.takeAll(inbox)),
+        Effect.flatMap((untaken) =>
+          Effect.forEach(untaken, (d) => Effect.ignore(d.requeue), { discard: true })
+        ),
+        Effect.zipRight(Queue.shutdown(inbox)),
+      )
+    })
+    yield* Effect.addFinalizer(() => stopIntake)
+
+    return Transport.of({
+      take: Queue.take(inbox).pipe(
+        Effect.map(Option.some),
+        Effect.catchAllCause((cause) =>
+          Effect.flatMap(inbox.isShutdown, (down) => {
+            if (!down) return Effect.failCause(cause)
+            return fatal === undefined ? Effect.succeedNone : Effect.fail(fatal)
+          })
+        ),
+      ),
+      publish,
+      setCapacity: (n) =>
+        Effect.suspend(() => {
+          capacity = n
+          const c = consumer
+          return c === undefined
+            ? Effect.void
+            : Effect.ignore(Effect.promise(() => c.channel.prefetch(n).catch(() => undefined)))
+        }),
+      stopIntake,
+      status,
+    })
+  })
+
+/**
+ * The RabbitMQ transport configured by the worker's settings (`BROKER_URL`, the queues, the
+ * concurrency as prefetch).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Transport, TransportError, Settings> = Layer.scoped(
+  Transport,
+  Effect.gen(function* () {
+    const settings = yield* Settings
+    if (Option.isNone(settings.brokerUrl)) {
+      return yield* new TransportError({
+        reason: "not_configured",
+        message: "BROKER_URL is not set",
+      })
+    }
+    return yield* make({
+      url: settings.brokerUrl.value,
+      inQueue: settings.inQueue,
+      outQueue: settings.outQueue,
+      capacity: settings.concurrency,
+    })
+  }),
+)

@@ -1,0 +1,295 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import {
+  Cause,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Logger,
+  LogLevel,
+  Option,
+  Redacted,
+  Schema,
+} from "effect"
+import * as AmqpTransport from "../../src/AmqpTransport.ts"
+import * as Settings from "../../src/Settings.ts"
+import * as Worker from "../../src/Worker.ts"
+import { FatalError, RetryableError, TransportError } from "../../src/WorkerError.ts"
+import {
+  CLASSIC_VHOST,
+  ensureVhosts,
+  platform,
+  QUORUM_VHOST,
+  uniqueName,
+  urlFor,
+} from "./broker.ts"
+
+const TIMEOUT = 60_000
+
+/** Runs `worker` on RabbitMQ until the returned stop is called; collects its log lines. */
+const runWorker = <A, I, O>(
+  worker: Worker.Worker<A, I, O, never>,
+  vhost: string,
+  overrides: Settings.SettingsOverrides,
+) => {
+  const logs: Array<string> = []
+  const logger = Logger.make(({ annotations, message }) => {
+    const fields = [...annotations].map(([k, v]) => `${k}=${String(v)}`).join(" ")
+    logs.push(`${Array.isArray(message) ? message.join(" ") : String(message)} ${fields}`)
+  })
+  const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
+    brokerUrl: urlFor(vhost),
+    retryBackoffBase: "10 millis",
+    retryBackoffMax: "20 millis",
+    ...overrides,
+  })
+  const fiber = Effect.runFork(
+    Worker.serve(worker).pipe(
+      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
+      Effect.provide(Logger.replace(Logger.defaultLogger, logger)),
+      Logger.withMinimumLogLevel(LogLevel.Info),
+    ),
+  )
+  return { logs, stop: () => Effect.runPromise(Fiber.interrupt(fiber)), fiber }
+}
+
+const decisions = (logs: ReadonlyArray<string>) =>
+  logs.filter((l) => l.startsWith("Delivery settled:"))
+
+const Input = Schema.Struct({ text: Schema.String })
+const Output = Schema.Struct({ words: Schema.Number })
+
+const countWords = (name: string) =>
+  Worker.make({
+    name,
+    input: Input,
+    output: Output,
+    timeout: "10 seconds",
+    handler: (input) =>
+      input.text.trim() === ""
+        ? Effect.fail(new FatalError({ code: "EMPTY_TEXT", message: "There is nothing to count." }))
+        : Effect.succeed({ words: input.text.trim().split(/\s+/).length }),
+  })
+
+const terminal = (m: { readonly type: string | undefined }) =>
+  m.type === "success" || m.type === "failure"
+
+beforeAll(() => ensureVhosts(), TIMEOUT)
+
+describe("AmqpTransport on RabbitMQ", () => {
+  for (const vhost of [QUORUM_VHOST, CLASSIC_VHOST]) {
+    describe(vhost === QUORUM_VHOST ? "quorum queues" : "classic queues", () => {
+      let broker: Awaited<ReturnType<typeof platform>>
+      beforeAll(async () => {
+        broker = await platform(vhost)
+      })
+      afterAll(() => broker.close())
+
+      it(
+        "concludes success and failure with the exact bytes and properties, then acks",
+        async () => {
+          const name = uniqueName("words")
+          const worker = runWorker(countWords(name), vhost, {})
+          try {
+            // The worker declares the queues; wait for them before publishing.
+            await broker.waitForQueue(`${name}_queue_in`)
+            broker.publish(`${name}_queue_in`, broker.envelope("t-ok", { text: "hello big world" }))
+            broker.publish(`${name}_queue_in`, broker.envelope("t-empty", { text: " " }))
+            const out = await broker.readUntil(
+              `${name}_queue_out`,
+              (all) => all.filter(terminal).length === 2,
+            )
+            expect(out.map((m) => m.text)).toEqual([
+              `{"task_id":"t-ok","data":{"message_type":"started","hostname":"${
+                out[0]!.text.match(/"hostname":"([^"]*)"/)![1]
+              }"}}`,
+              `{"task_id":"t-ok","data":{"message_type":"success","response":{"words":3}}}`,
+              expect.stringContaining(`"task_id":"t-empty","data":{"message_type":"started"`),
+              `{"task_id":"t-empty","data":{"message_type":"failure","error_message":{"code":"EMPTY_TEXT","message":"There is nothing to count."}}}`,
+            ])
+            for (const m of out) {
+              expect(m.contentType).toBe("application/json")
+              expect(m.deliveryMode).toBe(2)
+              expect(m.type).toBe(JSON.parse(m.text).data.message_type)
+            }
+            await worker.stop()
+            expect(await broker.count(`${name}_queue_in`)).toBe(0)
+          } finally {
+            await worker.stop()
+            await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+          }
+        },
+        TIMEOUT,
+      )
+
+      it(
+        "acks poison without publishing, and answers an invalid envelope with INVALID_MESSAGE",
+        async () => {
+          const name = uniqueName("poison")
+          const worker = runWorker(countWords(name), vhost, {})
+          try {
+            await broker.waitForQueue(`${name}_queue_in`)
+            broker.publish(`${name}_queue_in`, "not json at all")
+            broker.publish(`${name}_queue_in`, JSON.stringify({ task_id: "t-bad", data: "x" }))
+            const out = await broker.readUntil(
+              `${name}_queue_out`,
+              (all) => all.filter(terminal).length === 1,
+            )
+            expect(out.map((m) => m.type)).toEqual(["failure"])
+            expect(JSON.parse(out[0]!.text).data.error_message.code).toBe("INVALID_MESSAGE")
+            await worker.stop()
+            expect(await broker.count(`${name}_queue_in`)).toBe(0)
+            expect(decisions(worker.logs).map((l) => l.match(/outcome=(\w+)/)![1]).sort()).toEqual([
+              "poison",
+              "poison",
+            ])
+          } finally {
+            await worker.stop()
+            await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+          }
+        },
+        TIMEOUT,
+      )
+
+      it(
+        vhost === QUORUM_VHOST
+          ? "retries with the real x-delivery-count until the delivery limit, then concludes"
+          : "a classic queue gives a retried task one retry, with a warning",
+        async () => {
+          const name = uniqueName("retry")
+          const attempts: Array<number> = []
+          const worker = runWorker(
+            Worker.make({
+              name,
+              input: Input,
+              output: Output,
+              timeout: "10 seconds",
+              handler: (_input, ctx) =>
+                Effect.sync(() => attempts.push(ctx.attempt)).pipe(
+                  Effect.zipRight(
+                    Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", message: "Down." })),
+                  ),
+                ),
+            }),
+            vhost,
+            { deliveryLimit: 3 },
+          )
+          try {
+            await broker.waitForQueue(`${name}_queue_in`)
+            broker.publish(`${name}_queue_in`, broker.envelope("t-retry", { text: "a" }))
+            const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
+            const failure = JSON.parse(out.find(terminal)!.text)
+            expect(failure.data.error_message.code).toBe("UPSTREAM_DOWN")
+            if (vhost === QUORUM_VHOST) {
+              expect(attempts).toEqual([1, 2, 3])
+              expect(out.map((m) => m.type)).toEqual(["started", "started", "started", "failure"])
+            } else {
+              expect(attempts).toEqual([1, 2])
+              expect(worker.logs.filter((l) => l.includes("only a redelivered flag"))).toHaveLength(
+                1,
+              )
+            }
+            await worker.stop()
+            expect(await broker.count(`${name}_queue_in`)).toBe(0)
+          } finally {
+            await worker.stop()
+            await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+          }
+        },
+        TIMEOUT,
+      )
+    })
+  }
+
+  it("loses no ack when it stops at prefetch 200: nothing comes back to the queue", async () => {
+    const broker = await platform(QUORUM_VHOST)
+    const name = uniqueName("lossless")
+    const worker = runWorker(countWords(name), QUORUM_VHOST, { concurrency: 200 })
+    try {
+      await broker.waitForQueue(`${name}_queue_in`)
+      for (let i = 0; i < 200; i++) {
+        broker.publish(`${name}_queue_in`, broker.envelope(`t-${i}`, { text: "a b" }))
+      }
+      await broker.readUntil(`${name}_queue_out`, (all) => all.filter(terminal).length === 200)
+      await worker.stop()
+      expect(await broker.count(`${name}_queue_in`)).toBe(0)
+      expect(decisions(worker.logs).filter((l) => l.includes("outcome=success"))).toHaveLength(200)
+    } finally {
+      await worker.stop()
+      await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+      await broker.close()
+    }
+  }, TIMEOUT)
+
+  it("a queue declared with other arguments is a configuration error naming it", async () => {
+    const broker = await platform(CLASSIC_VHOST)
+    const name = uniqueName("conflict")
+    await broker.declare(`${name}_queue_in`, { durable: false })
+    try {
+      const exit = await Effect.runPromiseExit(
+        Effect.scoped(Effect.gen(function* () {
+          const transport = yield* AmqpTransport.make({
+            url: Redacted.make(urlFor(CLASSIC_VHOST)),
+            inQueue: `${name}_queue_in`,
+            outQueue: `${name}_queue_out`,
+            capacity: 1,
+          })
+          return yield* transport.take
+        })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
+      )
+      expect(Exit.isFailure(exit)).toBe(true)
+      const failure = Exit.isFailure(exit)
+        ? Option.getOrUndefined(Cause.failureOption(exit.cause))
+        : undefined
+      expect(failure).toBeInstanceOf(TransportError)
+      expect((failure as TransportError).reason).toBe("precondition_failed")
+      expect((failure as TransportError).message).toContain(`${name}_queue_in`)
+      expect((failure as TransportError).isConfiguration).toBe(true)
+    } finally {
+      await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+      await broker.close()
+    }
+  }, TIMEOUT)
+
+  it("refused credentials are a configuration error that never shows the password", async () => {
+    const exit = await Effect.runPromiseExit(
+      Effect.scoped(Effect.gen(function* () {
+        const transport = yield* AmqpTransport.make({
+          url: Redacted.make(urlFor(QUORUM_VHOST, "s3cret-pw")),
+          inQueue: "never_queue_in",
+          outQueue: "never_queue_out",
+          capacity: 1,
+        })
+        return yield* transport.take
+      })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
+    )
+    expect(Exit.isFailure(exit)).toBe(true)
+    const failure = Exit.isFailure(exit)
+      ? Option.getOrUndefined(Cause.failureOption(exit.cause))
+      : undefined
+    expect(failure).toBeInstanceOf(TransportError)
+    expect((failure as TransportError).reason).toBe("access_refused")
+    expect((failure as TransportError).isConfiguration).toBe(true)
+    const text = JSON.stringify(exit) + String(Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "")
+    expect(text).not.toContain("s3cret-pw")
+  }, TIMEOUT)
+
+  it("reports its connection status to readiness", async () => {
+    const status = await Effect.runPromise(
+      Effect.scoped(Effect.gen(function* () {
+        const transport = yield* AmqpTransport.make({
+          url: Redacted.make(urlFor(QUORUM_VHOST)),
+          inQueue: uniqueName("status") + "_queue_in",
+          outQueue: uniqueName("status") + "_queue_out",
+          capacity: 1,
+        })
+        for (let i = 0; i < 200; i++) {
+          if ((yield* transport.status.get) === "connected") return "connected"
+          yield* Effect.sleep("25 millis")
+        }
+        return yield* transport.status.get
+      })),
+    )
+    expect(status).toBe("connected")
+  }, TIMEOUT)
+})

@@ -1,0 +1,117 @@
+/**
+ * The real RabbitMQ on 127.0.0.1:5672 for integration tests: vhosts made like production ones
+ * (quorum by default) or plain (classic), unique queue names, and a client to play the platform.
+ */
+import { execFileSync } from "node:child_process"
+import { randomUUID } from "node:crypto"
+import { Buffer } from "node:buffer"
+import amqp from "amqplib"
+
+export const QUORUM_VHOST = "async-task-worker-quorum"
+export const CLASSIC_VHOST = "async-task-worker-classic"
+
+const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
+  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
+
+/** Makes both vhosts once, idempotently, with guest's permissions. */
+export const ensureVhosts = (): void => {
+  const existing = rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim())
+  if (!existing.includes(QUORUM_VHOST)) {
+    rabbitmqctl("add_vhost", QUORUM_VHOST, "--default-queue-type", "quorum")
+  }
+  if (!existing.includes(CLASSIC_VHOST)) rabbitmqctl("add_vhost", CLASSIC_VHOST)
+  for (const vhost of [QUORUM_VHOST, CLASSIC_VHOST]) {
+    rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+  }
+}
+
+export const urlFor = (vhost: string, password = "guest"): string =>
+  `amqp://guest:${password}@127.0.0.1:5672/${encodeURIComponent(vhost)}`
+
+export const uniqueName = (prefix: string): string => `${prefix}-${randomUUID().slice(0, 8)}`
+
+export interface OutMessage {
+  readonly text: string
+  readonly type: string | undefined
+  readonly contentType: string | undefined
+  readonly deliveryMode: number | undefined
+}
+
+/** The platform's side: publishes envelopes, reads the output queue, inspects and cleans up. */
+export const platform = async (vhost: string) => {
+  const connection = await amqp.connect(urlFor(vhost))
+  const channel = await connection.createChannel()
+  return {
+    publish: (queue: string, body: string) =>
+      channel.sendToQueue(queue, Buffer.from(body), {
+        persistent: true,
+        contentType: "application/json",
+      }),
+    envelope: (taskId: string, body: unknown) =>
+      JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } }),
+    /** Takes every message now on the queue. */
+    drain: async (queue: string): Promise<Array<OutMessage>> => {
+      const out: Array<OutMessage> = []
+      for (;;) {
+        const message = await channel.get(queue, { noAck: true })
+        if (message === false) return out
+        out.push({
+          text: message.content.toString("utf8"),
+          type: message.properties.type,
+          contentType: message.properties.contentType,
+          deliveryMode: message.properties.deliveryMode,
+        })
+      }
+    },
+    count: async (queue: string) => (await channel.checkQueue(queue)).messageCount,
+    /** Reads the output queue until `done` holds of all read so far, within `ms`. */
+    readUntil: async (
+      queue: string,
+      done: (all: ReadonlyArray<OutMessage>) => boolean,
+      ms = 20_000,
+    ) => {
+      const all: Array<OutMessage> = []
+      const deadline = Date.now() + ms
+      while (Date.now() < deadline) {
+        const message = await channel.get(queue, { noAck: true })
+        if (message === false) {
+          if (done(all)) return all
+          await new Promise((resolve) => setTimeout(resolve, 20))
+          continue
+        }
+        all.push({
+          text: message.content.toString("utf8"),
+          type: message.properties.type,
+          contentType: message.properties.contentType,
+          deliveryMode: message.properties.deliveryMode,
+        })
+      }
+      throw new Error(
+        `${queue}: not done within ${ms} ms; read ${all.length}: ${
+          all.map((m) => m.text).join(" | ")
+        }`,
+      )
+    },
+    declare: (queue: string, options: amqp.Options.AssertQueue) =>
+      channel.assertQueue(queue, options),
+    /** Waits until the worker has declared `queue` (a missing queue closes the channel that asks). */
+    waitForQueue: async (queue: string, ms = 20_000) => {
+      const deadline = Date.now() + ms
+      while (Date.now() < deadline) {
+        const probe = await connection.createChannel()
+        probe.on("error", () => {})
+        const found = await probe.checkQueue(queue).then(() => true, () => false)
+        if (found) {
+          await probe.close()
+          return
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      throw new Error(`${queue} was not declared within ${ms} ms`)
+    },
+    remove: async (...queues: ReadonlyArray<string>) => {
+      for (const queue of queues) await channel.deleteQueue(queue).catch(() => undefined)
+    },
+    close: () => connection.close(),
+  }
+}
