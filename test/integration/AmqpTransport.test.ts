@@ -275,12 +275,13 @@ describe("AmqpTransport on RabbitMQ", () => {
   }, TIMEOUT)
 
   it("reports its connection status to readiness", async () => {
+    const statusQueue = uniqueName("status")
     const status = await Effect.runPromise(
       Effect.scoped(Effect.gen(function* () {
         const transport = yield* AmqpTransport.make({
           url: Redacted.make(urlFor(QUORUM_VHOST)),
-          inQueue: uniqueName("status") + "_queue_in",
-          outQueue: uniqueName("status") + "_queue_out",
+          inQueue: statusQueue + "_queue_in",
+          outQueue: statusQueue + "_queue_out",
           capacity: 1,
         })
         for (let i = 0; i < 200; i++) {
@@ -291,5 +292,8 @@ describe("AmqpTransport on RabbitMQ", () => {
       })),
     )
     expect(status).toBe("connected")
+    const broker = await platform(QUORUM_VHOST)
+    await broker.remove(`${statusQueue}_queue_in`, `${statusQueue}_queue_out`)
+    await broker.close()
   }, TIMEOUT)
 })

@@ -40,7 +40,8 @@ export interface OutMessage {
 /** The platform's side: publishes envelopes, reads the output queue, inspects and cleans up. */
 export const platform = async (vhost: string) => {
   const connection = await amqp.connect(urlFor(vhost))
-  const channel = await connection.createChannel()
+  // A confirm channel: what `publish` sends is on the broker once `close` (or `confirmed`) returns.
+  const channel = await connection.createConfirmChannel()
   return {
     publish: (queue: string, body: string) =>
       channel.sendToQueue(queue, Buffer.from(body), {
@@ -112,6 +113,10 @@ export const platform = async (vhost: string) => {
     remove: async (...queues: ReadonlyArray<string>) => {
       for (const queue of queues) await channel.deleteQueue(queue).catch(() => undefined)
     },
-    close: () => connection.close(),
+    confirmed: () => channel.waitForConfirms(),
+    close: async () => {
+      await channel.waitForConfirms().catch(() => undefined)
+      await connection.close()
+    },
   }
 }
