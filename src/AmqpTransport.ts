@@ -48,6 +48,8 @@ export interface AmqpTransportOptions {
 
 /**
  * What a closing step may take at most: closing must end even when the broker does not answer.
+ * Closing runs in finalizers, which are uninterruptible: each bounded wait is made an
+ * interruptible region, or its time limit could never fire.
  *
  * @since 0.1.0
  * @category constants
@@ -196,6 +198,7 @@ export const make = (
       // Waiting for cancel-ok means every ack sent before it has reached the broker.
       return tryPromise(() => c.channel.cancel(c.tag), (e) =>
         new TransportError({ reason: "closed", message: describe(e) })).pipe(
+          Effect.interruptible,
           Effect.timeout(CLOSE_STEP_TIMEOUT),
           Effect.ignore,
         )
@@ -212,7 +215,7 @@ export const make = (
             c.close().catch(() =>
               undefined
             )
-          ).pipe(Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore),
+          ).pipe(Effect.interruptible, Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore),
       )
       const ended = yield* Deferred.make<void>()
       connection.on("error", () => {})
@@ -246,6 +249,7 @@ export const make = (
       })
       yield* Effect.addFinalizer(() =>
         Effect.promise(() => publisher.waitForConfirms().catch(() => undefined)).pipe(
+          Effect.interruptible,
           Effect.timeout(CLOSE_STEP_TIMEOUT),
           Effect.ignore,
         )
