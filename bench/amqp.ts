@@ -1,0 +1,134 @@
+/**
+ * The SDK on RabbitMQ against the raw amqplib loop, in one process run, on the same broker and
+ * quorum queues: 20 000 tasks at concurrency 50 each.
+ *
+ *   deno run -A bench/amqp.ts [tasks]      (RabbitMQ on 127.0.0.1:5672, guest/guest)
+ *
+ * The raw loop is the least a worker can do: consume with prefetch 50, parse the envelope,
+ * publish `started` and `success` on a confirm channel, wait for both confirms, ack. The SDK
+ * runs a no-op handler through the whole engine, decision lines included (to a logger that
+ * only counts them).
+ */
+import { Buffer } from "node:buffer"
+import { execFileSync } from "node:child_process"
+import amqp from "amqplib"
+import { Effect, Layer, Logger, Schema } from "effect"
+import { AmqpTransport, Settings, Worker } from "../src/index.ts"
+
+const TASKS = Number(Deno.args[0] ?? 20_000)
+const CONCURRENCY = 50
+const VHOST = "async-task-worker-quorum"
+const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
+
+const rabbitmqctl = (...args: Array<string>) =>
+  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
+if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)) {
+  rabbitmqctl("add_vhost", VHOST, "--default-queue-type", "quorum")
+  rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
+}
+
+const envelope = (i: number) =>
+  Buffer.from(
+    `{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`,
+  )
+
+const preload = async (queue: string) => {
+  const connection = await amqp.connect(URL)
+  const channel = await connection.createConfirmChannel()
+  await channel.assertQueue(queue, { durable: true })
+  await channel.assertQueue(queue.replace(/_in$/, "_out"), { durable: true })
+  await channel.purgeQueue(queue)
+  await channel.purgeQueue(queue.replace(/_in$/, "_out"))
+  for (let i = 0; i < TASKS; i++) channel.sendToQueue(queue, envelope(i), { persistent: true })
+  await channel.waitForConfirms()
+  await connection.close()
+}
+
+const cleanup = async (...queues: Array<string>) => {
+  const connection = await amqp.connect(URL)
+  const channel = await connection.createChannel()
+  for (const queue of queues) await channel.deleteQueue(queue)
+  await connection.close()
+}
+
+const raw = async (): Promise<number> => {
+  await preload("bench-raw_queue_in")
+  const connection = await amqp.connect(URL, { noDelay: true })
+  const consumer = await connection.createChannel()
+  const publisher = await connection.createConfirmChannel()
+  await consumer.prefetch(CONCURRENCY)
+  const publish = (text: string, type: string) =>
+    new Promise<void>((resolve, reject) =>
+      publisher.sendToQueue("bench-raw_queue_out", Buffer.from(text), {
+        persistent: true,
+        contentType: "application/json",
+        type,
+      }, (error) => (error ? reject(error) : resolve()))
+    )
+  const start = performance.now()
+  await new Promise<void>((done) => {
+    let acked = 0
+    consumer.consume("bench-raw_queue_in", (message) => {
+      if (message === null) return
+      const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
+      const head = `{"task_id":${JSON.stringify(taskId)},"data":{"message_type":`
+      publish(`${head}"started","hostname":"bench"}}`, "started")
+        .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
+        .then(() => {
+          consumer.ack(message)
+          if (++acked === TASKS) done()
+        }, (error) => console.error(error))
+    })
+  })
+  const rate = TASKS / ((performance.now() - start) / 1000)
+  await connection.close()
+  await cleanup("bench-raw_queue_in", "bench-raw_queue_out")
+  return rate
+}
+
+const sdk = async (): Promise<number> => {
+  await preload("bench-sdk_queue_in")
+  const worker = Worker.make({
+    name: "bench-sdk",
+    input: Schema.Struct({ n: Schema.Number }),
+    output: Schema.Struct({ ok: Schema.Boolean }),
+    timeout: "30 seconds",
+    handler: () => Effect.succeed({ ok: true }),
+  })
+  let settled = 0
+  let done!: () => void
+  const finished = new Promise<void>((resolve) => (done = resolve))
+  const counter = Logger.make(({ message }) => {
+    if (
+      String(Array.isArray(message) ? message[0] : message).startsWith("Delivery settled") &&
+      ++settled === TASKS
+    ) {
+      done()
+    }
+  })
+  const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
+    brokerUrl: URL,
+    concurrency: CONCURRENCY,
+  })
+  const start = performance.now()
+  const fiber = Effect.runFork(
+    Worker.serve(worker).pipe(
+      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
+      Effect.provide(Logger.replace(Logger.defaultLogger, counter)),
+    ),
+  )
+  await finished
+  const rate = TASKS / ((performance.now() - start) / 1000)
+  await Effect.runPromise(fiber.interruptAsFork(fiber.id()).pipe(Effect.zipRight(fiber.await)))
+  await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
+  return rate
+}
+
+const rawRate = await raw()
+const sdkRate = await sdk()
+const round = (n: number) => Math.round(n).toLocaleString("en-US")
+console.log(
+  `tasks: ${TASKS}, concurrency ${CONCURRENCY}, quorum queues, ${Deno.build.os} deno ${Deno.version.deno}`,
+)
+console.log(`raw amqplib loop: ${round(rawRate)} tasks/s`)
+console.log(`SDK (no-op):      ${round(sdkRate)} tasks/s   ratio ${(sdkRate / rawRate).toFixed(2)}`)
