@@ -71,6 +71,26 @@ const countWords = (name: string) =>
         : Effect.succeed({ words: input.text.trim().split(/\s+/).length }),
   })
 
+/** A transport's first `take`: how it failed, and everything its failure prints. */
+const firstTake = async (url: string, name: string) => {
+  const exit = await Effect.runPromiseExit(
+    Effect.scoped(Effect.gen(function* () {
+      const transport = yield* AmqpTransport.make({
+        url: Redacted.make(url),
+        inQueue: `${name}_queue_in`,
+        outQueue: `${name}_queue_out`,
+        capacity: 1,
+      })
+      return yield* transport.take
+    })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
+  )
+  const failure = Exit.isFailure(exit)
+    ? Option.getOrUndefined(Cause.failureOption(exit.cause))
+    : undefined
+  const text = JSON.stringify(exit) + (Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "")
+  return { failure, text }
+}
+
 const terminal = (m: { readonly type: string | undefined }) =>
   m.type === "success" || m.type === "failure"
 
@@ -226,21 +246,7 @@ describe("AmqpTransport on RabbitMQ", () => {
     const name = uniqueName("conflict")
     await broker.declare(`${name}_queue_in`, { durable: false })
     try {
-      const exit = await Effect.runPromiseExit(
-        Effect.scoped(Effect.gen(function* () {
-          const transport = yield* AmqpTransport.make({
-            url: Redacted.make(urlFor(CLASSIC_VHOST)),
-            inQueue: `${name}_queue_in`,
-            outQueue: `${name}_queue_out`,
-            capacity: 1,
-          })
-          return yield* transport.take
-        })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
-      )
-      expect(Exit.isFailure(exit)).toBe(true)
-      const failure = Exit.isFailure(exit)
-        ? Option.getOrUndefined(Cause.failureOption(exit.cause))
-        : undefined
+      const { failure } = await firstTake(urlFor(CLASSIC_VHOST), name)
       expect(failure).toBeInstanceOf(TransportError)
       expect((failure as TransportError).reason).toBe("precondition_failed")
       expect((failure as TransportError).message).toContain(`${name}_queue_in`)
@@ -252,25 +258,10 @@ describe("AmqpTransport on RabbitMQ", () => {
   }, TIMEOUT)
 
   it("refused credentials are a configuration error that never shows the password", async () => {
-    const exit = await Effect.runPromiseExit(
-      Effect.scoped(Effect.gen(function* () {
-        const transport = yield* AmqpTransport.make({
-          url: Redacted.make(urlFor(QUORUM_VHOST, "s3cret-pw")),
-          inQueue: "never_queue_in",
-          outQueue: "never_queue_out",
-          capacity: 1,
-        })
-        return yield* transport.take
-      })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
-    )
-    expect(Exit.isFailure(exit)).toBe(true)
-    const failure = Exit.isFailure(exit)
-      ? Option.getOrUndefined(Cause.failureOption(exit.cause))
-      : undefined
+    const { failure, text } = await firstTake(urlFor(QUORUM_VHOST, "s3cret-pw"), "never")
     expect(failure).toBeInstanceOf(TransportError)
     expect((failure as TransportError).reason).toBe("access_refused")
     expect((failure as TransportError).isConfiguration).toBe(true)
-    const text = JSON.stringify(exit) + String(Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "")
     expect(text).not.toContain("s3cret-pw")
   }, TIMEOUT)
 
