@@ -41,6 +41,13 @@ export interface AmqpTransportOptions {
   readonly capacity: number
   /** The longest a publish waits for the broker's confirm. Default 10 s. */
   readonly confirmTimeout?: Duration.DurationInput | undefined
+  /**
+   * Asks the broker for this consumer timeout with the `x-consumer-timeout` consumer argument.
+   * RabbitMQ accepts it from 3.12 on; older brokers (such as Debian's 3.10) ignore it, and the
+   * policy or `consumer_timeout` setting rules. Derive it from the task timeout:
+   * `timeout + WORKER_RETRY_BACKOFF_MAX_S + 60 s`. Default: not asked.
+   */
+  readonly consumerTimeout?: Duration.DurationInput | undefined
   /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
   readonly reconnectBase?: Duration.DurationInput | undefined
   readonly reconnectMax?: Duration.DurationInput | undefined
@@ -276,7 +283,14 @@ export const make = (
                 return
               }
               Queue.unsafeOffer(inbox, toDelivery(message, channel, leases))
-            }, { noAck: false }),
+            }, {
+              noAck: false,
+              ...(options.consumerTimeout === undefined ? {} : {
+                arguments: {
+                  "x-consumer-timeout": Duration.toMillis(Duration.decode(options.consumerTimeout)),
+                },
+              }),
+            }),
           (e) =>
             new TransportError({
               reason: "consume",

@@ -265,7 +265,7 @@ describe("AmqpTransport on RabbitMQ", () => {
     expect(text).not.toContain("s3cret-pw")
   }, TIMEOUT)
 
-  it("reports its connection status to readiness", async () => {
+  it("reports its connection status to readiness, with an x-consumer-timeout asked for", async () => {
     const statusQueue = uniqueName("status")
     const status = await Effect.runPromise(
       Effect.scoped(Effect.gen(function* () {
@@ -274,6 +274,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           inQueue: statusQueue + "_queue_in",
           outQueue: statusQueue + "_queue_out",
           capacity: 1,
+          consumerTimeout: "31 minutes",
         })
         for (let i = 0; i < 200; i++) {
           if ((yield* transport.status.get) === "connected") return "connected"
