@@ -221,6 +221,49 @@ describe("AmqpTransport on RabbitMQ", () => {
     })
   }
 
+  it(
+    "a delivery past the limit (a crash loop) is concluded without running the handler",
+    async () => {
+      const broker = await platform(QUORUM_VHOST)
+      const name = uniqueName("crashloop")
+      let ran = false
+      try {
+        await broker.declare(`${name}_queue_in`, { durable: true })
+        broker.publish(`${name}_queue_in`, broker.envelope("t-loop", { text: "a" }))
+        // Five deliveries that never settle, as workers that crash would leave them.
+        await broker.redeliver(`${name}_queue_in`, 5)
+        const worker = runWorker(
+          Worker.make({
+            name,
+            input: Input,
+            output: Output,
+            timeout: "10 seconds",
+            handler: () => Effect.sync(() => (ran = true)).pipe(Effect.as({ words: 0 })),
+          }),
+          QUORUM_VHOST,
+          { deliveryLimit: 3 },
+        )
+        try {
+          const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
+          expect(out.map((m) => m.type)).toEqual(["failure"])
+          expect(JSON.parse(out[0]!.text).data.error_message.code).toBe(
+            "TASK_ABANDONED_AFTER_REDELIVERIES",
+          )
+          expect(ran).toBe(false)
+          await worker.stop()
+          expect(await broker.count(`${name}_queue_in`)).toBe(0)
+          expect(decisions(worker.logs)[0]).toContain("attempt=6/3")
+        } finally {
+          await worker.stop()
+        }
+      } finally {
+        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+        await broker.close()
+      }
+    },
+    TIMEOUT,
+  )
+
   it("loses no ack when it stops at prefetch 200: nothing comes back to the queue", async () => {
     const broker = await platform(QUORUM_VHOST)
     const name = uniqueName("lossless")
@@ -265,27 +308,31 @@ describe("AmqpTransport on RabbitMQ", () => {
     expect(text).not.toContain("s3cret-pw")
   }, TIMEOUT)
 
-  it("reports its connection status to readiness, with an x-consumer-timeout asked for", async () => {
-    const statusQueue = uniqueName("status")
-    const status = await Effect.runPromise(
-      Effect.scoped(Effect.gen(function* () {
-        const transport = yield* AmqpTransport.make({
-          url: Redacted.make(urlFor(QUORUM_VHOST)),
-          inQueue: statusQueue + "_queue_in",
-          outQueue: statusQueue + "_queue_out",
-          capacity: 1,
-          consumerTimeout: "31 minutes",
-        })
-        for (let i = 0; i < 200; i++) {
-          if ((yield* transport.status.get) === "connected") return "connected"
-          yield* Effect.sleep("25 millis")
-        }
-        return yield* transport.status.get
-      })),
-    )
-    expect(status).toBe("connected")
-    const broker = await platform(QUORUM_VHOST)
-    await broker.remove(`${statusQueue}_queue_in`, `${statusQueue}_queue_out`)
-    await broker.close()
-  }, TIMEOUT)
+  it(
+    "reports its connection status to readiness, with an x-consumer-timeout asked for",
+    async () => {
+      const statusQueue = uniqueName("status")
+      const status = await Effect.runPromise(
+        Effect.scoped(Effect.gen(function* () {
+          const transport = yield* AmqpTransport.make({
+            url: Redacted.make(urlFor(QUORUM_VHOST)),
+            inQueue: statusQueue + "_queue_in",
+            outQueue: statusQueue + "_queue_out",
+            capacity: 1,
+            consumerTimeout: "31 minutes",
+          })
+          for (let i = 0; i < 200; i++) {
+            if ((yield* transport.status.get) === "connected") return "connected"
+            yield* Effect.sleep("25 millis")
+          }
+          return yield* transport.status.get
+        })),
+      )
+      expect(status).toBe("connected")
+      const broker = await platform(QUORUM_VHOST)
+      await broker.remove(`${statusQueue}_queue_in`, `${statusQueue}_queue_out`)
+      await broker.close()
+    },
+    TIMEOUT,
+  )
 })

@@ -65,6 +65,14 @@ export const platform = async (vhost: string) => {
       }
     },
     count: async (queue: string) => (await channel.checkQueue(queue)).messageCount,
+    /** Takes the queue's head message and gives it back `times` times, as crashed workers would. */
+    redeliver: async (queue: string, times: number) => {
+      for (let i = 0; i < times; i++) {
+        const message = await channel.get(queue, { noAck: false })
+        if (message === false) throw new Error(`${queue} is empty`)
+        channel.nack(message, false, true)
+      }
+    },
     /** Reads the output queue until `done` holds of all read so far, within `ms`. */
     readUntil: async (
       queue: string,
