@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Effect } from "effect"
+import { Effect, FiberRef, LogLevel } from "effect"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -69,7 +69,21 @@ export const format = (d: Decision): string => {
  * @since 0.1.0
  * @category logging
  */
-export const log = (d: Decision): Effect.Effect<void> => {
+export const log = (d: Decision): Effect.Effect<void> =>
+  Effect.flatMap(FiberRef.get(FiberRef.currentMinimumLogLevel), (minimum) => {
+    // Skipped whole when INFO is off: building the line and its annotations is most of its cost,
+    // and this runs for every delivery.
+    if (LogLevel.greaterThan(minimum, LogLevel.Info)) {
+      WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
+      return Effect.void
+    }
+    return Effect.logInfo(format(d)).pipe(
+      Effect.annotateLogs(annotations(d)),
+      Effect.zipRight(Effect.sync(() => WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome)))),
+    )
+  })
+
+const annotations = (d: Decision): Record<string, unknown> => {
   const annotations: Record<string, unknown> = { outcome: d.outcome, action: d.action }
   if (d.taskId !== undefined) annotations.task_id = d.taskId
   if (d.attempt !== undefined) {
@@ -78,10 +92,5 @@ export const log = (d: Decision): Effect.Effect<void> => {
   }
   if (d.code !== undefined) annotations.code = d.code
   if (d.reason !== undefined) annotations.reason = d.reason
-  return Effect.logInfo(format(d)).pipe(
-    Effect.annotateLogs(annotations),
-    // Skipped whole when INFO is off: building the line and its annotations is most of its cost.
-    Effect.whenLogLevel("Info"),
-    Effect.zipRight(Effect.sync(() => WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome)))),
-  )
+  return annotations
 }

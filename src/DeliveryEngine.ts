@@ -22,6 +22,7 @@ import {
   Schema,
   Scope,
 } from "effect"
+import type { YieldWrap } from "effect/Utils"
 import * as Decision from "./Decision.ts"
 import { formatIssues } from "./internal/issues.ts"
 import * as Timers from "./internal/timers.ts"
@@ -165,10 +166,20 @@ const invoke = <A, O, R>(
     return Effect.succeed(result)
   })
 
-/** A pool fiber's note that the engine itself interrupted it (a time limit, a lost lease). */
+/**
+ * The fiber a delivery runs on (a pool fiber, or `handle`'s), and its note that the engine
+ * itself interrupted it (a time limit, a lost lease).
+ */
 interface Slot {
+  readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
   stopped: boolean
 }
+
+/** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
+type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
+
+/** A restore of `Effect.uninterruptibleMask`: what it runs may be interrupted. */
+type Restore = <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>
 
 /**
  * Makes the engine of `worker`: its handler's requirements `R` are taken from the context now.
@@ -363,114 +374,95 @@ export const make = <A, I, O, R>(
      * throttled. The task's own scope (the handler's resources and its progress channel) is
      * closed before this returns, so nothing of the task outlives it.
      */
-    const runHandler = (
+    function* runHandler(
       envelope: Envelope,
       input: A,
       known: Known,
       lease: Lease,
       slot: Slot,
-      restore: <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>,
-    ): Effect.Effect<Result> =>
-      Effect.flatMap(Scope.make(), (taskScope) =>
-        Effect.withFiberRuntime<Result>((fiber) => {
-          let progress: ProgressThrottle["Type"] extends
-            { open: (...a: any) => Effect.Effect<infer P, any, any> } ? P | undefined
-            : never
-          const report = (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
-            Effect.suspend(() => {
-              if (progress !== undefined) return progress.report(fraction, payload)
-              return Scope.extend(throttle.open(envelope.taskId), taskScope).pipe(
-                Effect.flatMap((opened) => {
-                  progress ??= opened
-                  return progress.report(fraction, payload)
-                }),
-              )
-            })
-          const { abort, context } = TaskContext.make(
-            {
-              taskId: envelope.taskId,
-              attempt: known.attempt!,
-              deliveryLimit: known.deliveryLimit!,
-              clientId: envelope.clientId,
-              inputRefs: envelope.inputRefs ?? [],
-            },
-            (fraction, payload) => TaskContext.awaitable(report(fraction, payload), runtime),
+      restore: Restore,
+    ): Steps<Result> {
+      const taskScope = yield* Scope.make()
+      let progress: ProgressThrottle["Type"] extends
+        { open: (...a: any) => Effect.Effect<infer P, any, any> } ? P | undefined
+        : never
+      const report = (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
+        Effect.suspend(() => {
+          if (progress !== undefined) return progress.report(fraction, payload)
+          return Scope.extend(throttle.open(envelope.taskId), taskScope).pipe(
+            Effect.flatMap((opened) => {
+              progress ??= opened
+              return progress.report(fraction, payload)
+            }),
           )
-          let running = true
-          let stoppedWith: Result | undefined
-          const stop = (result: Result, reason: string) => {
-            if (!running || stoppedWith !== undefined) return
-            stoppedWith = result
-            slot.stopped = true
-            abort(reason)
-            fiber.unsafeInterruptAsFork(fiber.id())
-          }
-          const cancelTimer = timers.after(
-            timeoutMillis,
-            Effect.sync(() => stop({ _tag: "Timeout" }, "The task ran past its time limit")),
-          )
-          return renewal.hold(
-            lease,
-            (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
-          ).pipe(
-            Effect.flatMap((release) =>
-              // The fiber is the engine's own (a pool fiber, or `handle`'s): its context becomes the
-              // handler's services `R` and the task's scope, and stays so until the next task.
-              FiberRef.set(
-                FiberRef.currentContext,
-                Context.add(handlerContext, Scope.Scope, taskScope),
-              ).pipe(
-                Effect.zipRight(
-                  restore(invoke(worker, input, context) as Effect.Effect<unknown, unknown>),
-                ),
-                Effect.exit,
-                Effect.flatMap((exit) => {
-                  running = false
-                  cancelTimer()
-                  release()
-                  if (Exit.isFailure(exit) && Cause.isInterrupted(exit.cause)) {
-                    if (stoppedWith === undefined) abort("The worker is shutting down")
-                    return Scope.close(taskScope, exit).pipe(
-                      Effect.as(stoppedWith ?? ({ _tag: "Shutdown" } as const)),
-                    )
-                  }
-                  return Scope.close(taskScope, exit).pipe(Effect.as(classify(exit)))
-                }),
-              )
-            ),
-          )
-        }))
+        })
+      const { abort, context } = TaskContext.make(
+        {
+          taskId: envelope.taskId,
+          attempt: known.attempt!,
+          deliveryLimit: known.deliveryLimit!,
+          clientId: envelope.clientId,
+          inputRefs: envelope.inputRefs ?? [],
+        },
+        (fraction, payload) => TaskContext.awaitable(report(fraction, payload), runtime),
+      )
+      let running = true
+      let stoppedWith: Result | undefined
+      const stop = (result: Result, reason: string) => {
+        if (!running || stoppedWith !== undefined) return
+        stoppedWith = result
+        slot.stopped = true
+        abort(reason)
+        slot.fiber.unsafeInterruptAsFork(slot.fiber.id())
+      }
+      const cancelTimer = timers.after(
+        timeoutMillis,
+        Effect.sync(() => stop({ _tag: "Timeout" }, "The task ran past its time limit")),
+      )
+      const release = yield* renewal.hold(
+        lease,
+        (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
+      )
+      // The fiber is the engine's own (a pool fiber, or `handle`'s): its context becomes the
+      // handler's services `R` and the task's scope, and stays so until the next task.
+      yield* FiberRef.set(
+        FiberRef.currentContext,
+        Context.add(handlerContext, Scope.Scope, taskScope),
+      )
+      const exit = yield* Effect.exit(
+        restore(invoke(worker, input, context) as Effect.Effect<unknown, unknown>),
+      )
+      running = false
+      cancelTimer()
+      release()
+      const interrupted = Exit.isFailure(exit) && Cause.isInterrupted(exit.cause)
+      if (interrupted && stoppedWith === undefined) abort("The worker is shutting down")
+      yield* Scope.close(taskScope, exit)
+      return interrupted ? stoppedWith ?? { _tag: "Shutdown" } : classify(exit)
+    }
 
     /** Step 6: what the handler's result comes to; a retry waits its backoff here. */
-    const afterHandler = (
-      result: Result,
-      known: Known,
-      restore: <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>,
-    ): Effect.Effect<Plan, never> => {
+    function* afterHandler(result: Result, known: Known, restore: Restore): Steps<Plan> {
       switch (result._tag) {
         case "Success": {
           const encoded = encodeOutput(result.output as O)
           if (Either.isLeft(encoded)) {
-            return Effect.succeed(
-              fail(
-                known,
-                "INVALID_OUTPUT",
-                `The handler's output does not match the output schema: ${
-                  formatIssues(encoded.left)
-                }`,
-              ),
+            return fail(
+              known,
+              "INVALID_OUTPUT",
+              `The handler's output does not match the output schema: ${
+                formatIssues(encoded.left)
+              }`,
             )
           }
           const response = encoded.right as Record<string, unknown>
-          return Effect.succeed(
-            conclude(
-              { type: "success", task_id: known.taskId!, response },
-              { ...known, outcome: "success" },
-            ),
+          return conclude(
+            { type: "success", task_id: known.taskId!, response },
+            { ...known, outcome: "success" },
           )
         }
         case "Fatal":
-          return checkedCode(known, result.code, result.message)
+          return yield* checkedCode(known, result.code, result.message)
         case "Retry": {
           const error = result.error
           if (known.attempt! < known.deliveryLimit!) {
@@ -482,15 +474,13 @@ export const make = <A, I, O, R>(
               _tag: "Requeue",
               decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
             }
-            return backoff(settings, known.attempt!, error.delay).pipe(
-              Effect.flatMap((delay) => restore(Effect.sleep(delay))),
-              Effect.exit,
-              Effect.map((exit) => (Exit.isSuccess(exit) ? requeue : shutdown)),
-            )
+            const delay = yield* backoff(settings, known.attempt!, error.delay)
+            const slept = yield* Effect.exit(restore(Effect.sleep(delay)))
+            return Exit.isSuccess(slept) ? requeue : shutdown
           }
           // A tagged error made without a message inherits `Error.prototype.message` (""): an
           // empty message falls back to the sentence as an absent one does.
-          return checkedCode(
+          return yield* checkedCode(
             known,
             error.code ?? "RETRY_EXHAUSTED",
             typeof error.message === "string" && error.message !== ""
@@ -499,20 +489,18 @@ export const make = <A, I, O, R>(
           )
         }
         case "Timeout":
-          return Effect.succeed(
-            fail(
-              known,
-              "TASK_TIMEOUT",
-              `The task ran past its time limit of ${Duration.format(settings.taskTimeout)}.`,
-            ),
+          return fail(
+            known,
+            "TASK_TIMEOUT",
+            `The task ran past its time limit of ${Duration.format(settings.taskTimeout)}.`,
           )
         case "Internal":
-          return Effect.logError(`The handler failed with an unexpected ${result.name}`).pipe(
+          yield* Effect.logError(`The handler failed with an unexpected ${result.name}`).pipe(
             Effect.annotateLogs({ error: result.name }),
-            Effect.as(fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)),
           )
+          return fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)
         case "Lost":
-          return Effect.succeed<Plan>({
+          return {
             _tag: "Fenced",
             decision: {
               ...known,
@@ -520,101 +508,82 @@ export const make = <A, I, O, R>(
               action: "nack-requeue",
               reason: `lease_${result.lost.reason}`,
             },
-          })
+          }
         case "Shutdown":
-          return Effect.succeed<Plan>({
+          return {
             _tag: "Requeue",
             decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
-          })
+          }
       }
     }
 
-    const settleFailed =
-      (decision: Decision.Decision, what: string) => (error: LeaseLost | TransportError) =>
-        Effect.sync(() => {
-          WorkerMetrics.count(WorkerMetrics.ackFailures)
-          return { ...decision, reason: `${what}_failed_${error.reason}` }
-        })
-
-    const requeue = (
-      delivery: Delivery,
+    /** A settlement the broker refused: counted, and said in the decision's reason. */
+    const settleFailed = (
       decision: Decision.Decision,
-    ): Effect.Effect<Decision.Decision> =>
-      delivery.requeue.pipe(Effect.as(decision), Effect.catchAll(settleFailed(decision, "requeue")))
+      what: string,
+      error: LeaseLost | TransportError,
+    ): Decision.Decision => {
+      WorkerMetrics.count(WorkerMetrics.ackFailures)
+      return { ...decision, reason: `${what}_failed_${error.reason}` }
+    }
+
+    function* requeue(delivery: Delivery, decision: Decision.Decision): Steps<Decision.Decision> {
+      const requeued = yield* Effect.either(delivery.requeue)
+      return Either.isLeft(requeued) ? settleFailed(decision, "requeue", requeued.left) : decision
+    }
+
+    function* ack(delivery: Delivery, decision: Decision.Decision): Steps<Decision.Decision> {
+      const acked = yield* Effect.either(delivery.ack)
+      return Either.isLeft(acked) ? settleFailed(decision, "ack", acked.left) : decision
+    }
 
     /** Where every delivery is settled: after the terminal message is confirmed, or requeued. */
-    const settle = (delivery: Delivery, plan: Plan): Effect.Effect<Decision.Decision> => {
+    function* settle(delivery: Delivery, plan: Plan): Steps<Decision.Decision> {
       switch (plan._tag) {
         case "Fenced":
-          return Effect.succeed(plan.decision)
+          return plan.decision
         case "Ack":
-          return delivery.ack.pipe(
-            Effect.as(plan.decision),
-            Effect.catchAll(settleFailed(plan.decision, "ack")),
+          return yield* ack(delivery, plan.decision)
+        case "Requeue": {
+          if (yield* delivery.lease.isLost) {
+            return { ...plan.decision, outcome: "cancelled", reason: "lease_lost" }
+          }
+          if (plan.decision.outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
+          if (plan.decision.outcome === "shutdown_requeued") {
+            WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
+          }
+          return yield* requeue(delivery, plan.decision)
+        }
+        case "Conclude": {
+          if (yield* delivery.lease.isLost) {
+            return {
+              ...plan.decision,
+              outcome: "cancelled",
+              action: "nack-requeue",
+              reason: "lease_lost",
+            }
+          }
+          const published = yield* Effect.either(
+            transport.publish(encoder.encode(plan.text), plan.type),
           )
-        case "Requeue":
-          return Effect.gen(function* () {
-            if (yield* delivery.lease.isLost) {
-              return {
-                ...plan.decision,
-                outcome: "cancelled",
-                reason: "lease_lost",
-              } satisfies Decision.Decision
-            }
-            if (plan.decision.outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
-            if (plan.decision.outcome === "shutdown_requeued") {
-              WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
-            }
-            return yield* requeue(delivery, plan.decision)
-          })
-        case "Conclude":
-          return Effect.gen(function* () {
-            if (yield* delivery.lease.isLost) {
-              return {
-                ...plan.decision,
-                outcome: "cancelled",
-                action: "nack-requeue",
-                reason: "lease_lost",
-              } satisfies Decision.Decision
-            }
-            const published = yield* transport
-              .publish(encoder.encode(plan.text), plan.type)
-              .pipe(Effect.either)
-            if (Either.isLeft(published)) {
-              WorkerMetrics.count(WorkerMetrics.publishFailures(plan.type))
-              return yield* requeue(delivery, {
-                ...plan.decision,
-                outcome: "publish_failed",
-                action: "nack-requeue",
-              })
-            }
-            WorkerMetrics.count(WorkerMetrics.messagesPublished(plan.type))
-            if (plan.decision.code !== undefined) {
-              WorkerMetrics.count(WorkerMetrics.taskFailures(plan.decision.code))
-            }
-            return yield* delivery.ack.pipe(
-              Effect.as(plan.decision),
-              Effect.catchAll(settleFailed(plan.decision, "ack")),
-            )
-          })
+          if (Either.isLeft(published)) {
+            WorkerMetrics.count(WorkerMetrics.publishFailures(plan.type))
+            return yield* requeue(delivery, {
+              ...plan.decision,
+              outcome: "publish_failed",
+              action: "nack-requeue",
+            })
+          }
+          WorkerMetrics.count(WorkerMetrics.messagesPublished(plan.type))
+          if (plan.decision.code !== undefined) {
+            WorkerMetrics.count(WorkerMetrics.taskFailures(plan.decision.code))
+          }
+          return yield* ack(delivery, plan.decision)
+        }
       }
     }
 
-    /** Settles, keeps and logs the decision: the end of every delivery. */
-    const finish = (
-      delivery: Delivery,
-      plan: Plan,
-      keep: (decision: Decision.Decision) => void,
-    ): Effect.Effect<Decision.Decision> =>
-      settle(delivery, plan).pipe(
-        Effect.tap((decision) => {
-          keep(decision)
-          WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
-          return Decision.log(decision)
-        }),
-      )
-
-    const shutdownOrBroken = (known: Known) => (cause: Cause.Cause<unknown>): Effect.Effect<Plan> =>
+    const shutdownOrBroken = (known: Known, cause: Cause.Cause<unknown>): Effect.Effect<Plan> =>
       Cause.isInterruptedOnly(cause)
         ? Effect.succeed({
           _tag: "Requeue",
@@ -627,80 +596,90 @@ export const make = <A, I, O, R>(
           }),
         )
 
+    /** Steps 4 to 6 of a valid task: `started`, the handler, and what its result comes to. */
+    function* run(
+      delivery: Delivery,
+      envelope: Envelope,
+      input: A,
+      known: Known,
+      slot: Slot,
+      restore: Restore,
+    ): Steps<Plan> {
+      if (!warnedClassic && delivery.redeliveries._tag === "Flagged") {
+        yield* warnClassicOnce(delivery)
+      }
+      const started = yield* Effect.exit(restore(publishStarted(delivery, envelope, known)))
+      if (Exit.isFailure(started)) return yield* shutdownOrBroken(known, started.cause)
+      if (started.value !== undefined) return started.value
+      const startedAt = clock.unsafeCurrentTimeMillis()
+      const result = yield* runHandler(envelope, input, known, delivery.lease, slot, restore)
+      const plan = yield* afterHandler(result, known, restore)
+      WorkerMetrics.taskDuration.unsafeUpdate(
+        (clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
+        [],
+      )
+      return plan
+    }
+
     /**
-     * One delivery's whole life on the current fiber. Only waiting is interruptible (by
-     * shutdown, or by the engine stopping the handler); settling never is.
+     * One delivery's whole life on the current fiber, which must be uninterruptible: only
+     * waiting is interruptible (by shutdown, or by the engine stopping the handler), through
+     * `restore`; settling never is. One `Effect.gen` for all of it, its steps delegated to: a
+     * combinator per step would cost more than the steps.
      */
     const process = (
       delivery: Delivery,
       slot: Slot,
-      keep: (decision: Decision.Decision) => void = () => {},
+      restore: Restore,
+      keep?: (decision: Decision.Decision) => void,
     ): Effect.Effect<Decision.Decision> =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.suspend(() => {
-          WorkerMetrics.tasksInFlight.unsafeUpdate(++inFlight, [])
-          const known: Known = {}
-          let first: ReturnType<typeof prelude>
-          try {
-            first = prelude(delivery, known)
-          } catch (defect) {
-            return shutdownOrBroken(known)(Cause.die(defect)).pipe(
-              Effect.flatMap((plan) => finish(delivery, plan, keep)),
-            )
-          }
-          let annotations = baseAnnotations
-          if (known.taskId !== undefined) {
-            annotations = HashMap.set(annotations, "task_id", known.taskId)
-          }
-          if (known.attempt !== undefined) {
-            annotations = HashMap.set(annotations, "attempt", known.attempt)
-          }
-          const annotate = FiberRef.set(FiberRef.currentLogAnnotations, annotations)
-          if (first._tag !== "Run") {
-            return Effect.zipRight(annotate, finish(delivery, first, keep))
-          }
-          const { envelope, input } = first
-          const run = annotate.pipe(
-            Effect.zipRight(warnClassicOnce(delivery)),
-            Effect.zipRight(restore(publishStarted(delivery, envelope, known))),
-          ).pipe(
-            Effect.matchCauseEffect({
-              onFailure: shutdownOrBroken(known),
-              onSuccess: (failed): Effect.Effect<Plan> => {
-                if (failed !== undefined) {
-                  return Effect.succeed(failed)
-                }
-                const startedAt = clock.unsafeCurrentTimeMillis()
-                return runHandler(envelope, input, known, delivery.lease, slot, restore).pipe(
-                  Effect.flatMap((result) => afterHandler(result, known, restore)),
-                  Effect.tap(() =>
-                    WorkerMetrics.taskDuration.unsafeUpdate(
-                      (clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
-                      [],
-                    )
-                  ),
-                )
-              },
+      Effect.gen(function* () {
+        WorkerMetrics.tasksInFlight.unsafeUpdate(++inFlight, [])
+        const known: Known = {}
+        let first: ReturnType<typeof prelude> | undefined
+        let plan: Plan
+        try {
+          first = prelude(delivery, known)
+        } catch (defect) {
+          plan = yield* shutdownOrBroken(known, Cause.die(defect))
+        }
+        if (first !== undefined) {
+          yield* FiberRef.set(
+            FiberRef.currentLogAnnotations,
+            HashMap.mutate(baseAnnotations, (annotations) => {
+              if (known.taskId !== undefined) HashMap.set(annotations, "task_id", known.taskId)
+              if (known.attempt !== undefined) HashMap.set(annotations, "attempt", known.attempt)
             }),
           )
-          return Effect.flatMap(run, (plan) => finish(delivery, plan, keep))
+          plan = first._tag === "Run"
+            ? yield* run(delivery, first.envelope, first.input, known, slot, restore)
+            : first
+        }
+        const decision = yield* settle(delivery, plan!)
+        keep?.(decision)
+        WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
+        yield* Decision.log(decision)
+        return decision
+      })
+
+    /**
+     * A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it.
+     * Uninterruptible but while it waits for a delivery (and where `process` restores).
+     */
+    const spawn: Effect.Effect<void> = Effect.suspend(() => {
+      const loop = Effect.uninterruptibleMask((restore) =>
+        Effect.withFiberRuntime<void, TransportError>((fiber) => {
+          const slot: Slot = { fiber, stopped: false }
+          return Effect.gen(function* () {
+            for (;;) {
+              const next = yield* restore(transport.take)
+              if (Option.isNone(next)) return
+              yield* process(next.value, slot, restore)
+            }
+          }).pipe(Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void)))
         })
       )
-
-    /** A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it. */
-    const spawn: Effect.Effect<void> = Effect.suspend(() => {
-      const slot: Slot = { stopped: false }
-      const loop = Effect.gen(function* () {
-        for (;;) {
-          const next = yield* transport.take
-          if (Option.isNone(next)) return
-          yield* process(next.value, slot)
-        }
-      })
-      return FiberSet.run(
-        fibers,
-        loop.pipe(Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void))),
-      ).pipe(Effect.asVoid)
+      return FiberSet.run(fibers, loop).pipe(Effect.asVoid)
     })
 
     return DeliveryEngine.of({
@@ -709,9 +688,11 @@ export const make = <A, I, O, R>(
           let decision: Decision.Decision | undefined
           const fiber = yield* Effect.fork(
             // A stopped handler leaves its fiber interrupted: the decision is kept as it is made.
-            process(delivery, { stopped: false }, (d) => (decision = d)).pipe(
-              Effect.locally(FiberRef.currentLogAnnotations, baseAnnotations),
-            ),
+            Effect.uninterruptibleMask((restore) =>
+              Effect.withFiberRuntime<Decision.Decision>((fiber) =>
+                process(delivery, { fiber, stopped: false }, restore, (d) => (decision = d))
+              )
+            ).pipe(Effect.locally(FiberRef.currentLogAnnotations, baseAnnotations)),
           )
           const exit = yield* Fiber.await(fiber)
           if (decision !== undefined) return decision

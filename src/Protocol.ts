@@ -50,6 +50,9 @@ export type Decoded = Data.TaggedEnum<{
  */
 export const Decoded = Data.taggedEnum<Decoded>()
 
+// Each property read of a tagged enum makes a new constructor: these run for every message.
+const { InvalidEnvelope, Poison, Task } = Decoded
+
 /**
  * The default size limit of an inbound message (`WORKER_MAX_MESSAGE_BYTES`): 16 MiB.
  *
@@ -120,28 +123,28 @@ export const decodeEnvelope = (
   options?: { readonly maxBytes?: number | undefined },
 ): Decoded => {
   if (bytes.byteLength > (options?.maxBytes ?? DEFAULT_MAX_MESSAGE_BYTES)) {
-    return Decoded.Poison({ reason: "too_large" })
+    return Poison({ reason: "too_large" })
   }
   let text: string
   try {
     text = utf8Decoder.decode(bytes)
   } catch {
-    return Decoded.Poison({ reason: "not_utf8" })
+    return Poison({ reason: "not_utf8" })
   }
-  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return Decoded.Poison({ reason: "not_json" })
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return Poison({ reason: "not_json" })
   let root: unknown
   try {
     root = JSON.parse(text)
   } catch {
-    return Decoded.Poison({ reason: "not_json" })
+    return Poison({ reason: "not_json" })
   }
-  if (!isPlainObject(root)) return Decoded.Poison({ reason: "not_object" })
+  if (!isPlainObject(root)) return Poison({ reason: "not_object" })
   const taskId = root.task_id
-  if (!isTaskId(taskId)) return Decoded.Poison({ reason: "no_task_id" })
+  if (!isTaskId(taskId)) return Poison({ reason: "no_task_id" })
   const problem = envelopeProblem(root)
-  if (typeof problem === "string") return Decoded.InvalidEnvelope({ taskId, problem })
+  if (typeof problem === "string") return InvalidEnvelope({ taskId, problem })
   const data = root.data as Record<string, unknown>
-  return Decoded.Task({
+  return Task({
     envelope: {
       taskId,
       body: data.body as Record<string, unknown>,

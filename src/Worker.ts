@@ -193,7 +193,9 @@ export const start = <A, I, O, R>(
       Effect.provideService(DeliveryEngine.DeliveryEngine, engine),
     )
     const consuming = yield* Effect.forkScoped(
-      engine.run.pipe(Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause))),
+      engine.run.pipe(
+        Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause)),
+      ),
     )
     return {
       drain: drain.drain,
