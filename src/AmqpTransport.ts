@@ -22,6 +22,7 @@ import {
   Schedule,
   SubscriptionRef,
 } from "effect"
+import { LeaseLoss } from "./internal/leaseLoss.ts"
 import { Settings } from "./Settings.ts"
 import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
 import { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
@@ -105,36 +106,10 @@ const declareError = (error: unknown, queue: string): TransportError =>
       message: `Declaring the queue "${queue}" failed: ${describe(error)}`,
     })
 
-/** One channel's leases: all lost together when the channel goes. */
-class ChannelLeases {
-  lost: LeaseLost | undefined
-  private readonly listeners = new Set<(lost: LeaseLost) => void>()
-  onLost(listener: (lost: LeaseLost) => void): () => void {
-    if (this.lost !== undefined) {
-      listener(this.lost)
-      return () => {}
-    }
-    this.listeners.add(listener)
-    return () => void this.listeners.delete(listener)
-  }
-  lose(reason: LeaseLost["reason"]): void {
-    if (this.lost !== undefined) return
-    this.lost = new LeaseLost({ reason })
-    for (const listener of this.listeners) {
-      try {
-        listener(this.lost)
-      } catch {
-        // A listener's failure is its own.
-      }
-    }
-    this.listeners.clear()
-  }
-}
-
 const toDelivery = (
   message: Amqp.ConsumeMessage,
   channel: Amqp.Channel,
-  leases: ChannelLeases,
+  leases: LeaseLoss,
 ): Delivery => {
   const count = message.properties.headers?.["x-delivery-count"]
   const settle = (f: () => void) =>
@@ -261,7 +236,7 @@ export const make = (
           Effect.ignore,
         )
       )
-      const leases = new ChannelLeases()
+      const leases = new LeaseLoss()
       if (!intakeStopped) {
         const channel = yield* tryPromise(
           () => connection.createChannel(),

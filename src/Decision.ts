@@ -71,16 +71,12 @@ export const format = (d: Decision): string => {
  */
 export const log = (d: Decision): Effect.Effect<void> =>
   Effect.flatMap(FiberRef.get(FiberRef.currentMinimumLogLevel), (minimum) => {
+    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
     // Skipped whole when INFO is off: building the line and its annotations is most of its cost,
     // and this runs for every delivery.
-    if (LogLevel.greaterThan(minimum, LogLevel.Info)) {
-      WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-      return Effect.void
-    }
-    return Effect.logInfo(format(d)).pipe(
-      Effect.annotateLogs(annotations(d)),
-      Effect.zipRight(Effect.sync(() => WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome)))),
-    )
+    return LogLevel.greaterThan(minimum, LogLevel.Info)
+      ? Effect.void
+      : Effect.annotateLogs(Effect.logInfo(format(d)), annotations(d))
   })
 
 const annotations = (d: Decision): Record<string, unknown> => {

@@ -5,6 +5,7 @@
  */
 import { Effect, Queue } from "effect"
 import { LeaseLost } from "../WorkerError.ts"
+import { LeaseLoss } from "./leaseLoss.ts"
 
 export interface StoredMessage {
   readonly id: number
@@ -22,10 +23,7 @@ export interface Held {
   readonly leaseMillis: number | undefined
   deadline: number
   state: LeaseState
-  /** Why the lease was lost, once it is. */
-  lostWith: LeaseLost | undefined
-  /** Who to tell when it is. */
-  listeners: Set<(lost: LeaseLost) => void> | undefined
+  readonly loss: LeaseLoss
 }
 
 export interface QueueCore {
@@ -189,19 +187,7 @@ export class BrokerCore {
       const h = hs[i]!
       if (h.state !== "held") continue
       this.release(h, "lost")
-      const lost = new LeaseLost({ reason })
-      h.lostWith = lost
-      const listeners = h.listeners
-      h.listeners = undefined
-      if (listeners !== undefined) {
-        for (const listener of listeners) {
-          try {
-            listener(lost)
-          } catch {
-            // A listener's failure is its own: the broker's state must stay whole.
-          }
-        }
-      }
+      h.loss.lose(reason)
       h.message.deliveryCount++
       this.requeueFront(h.message.queue, h.message)
       queues.add(h.message.queue)
@@ -211,16 +197,7 @@ export class BrokerCore {
 
   /** Calls `listener` when the lease is lost, or at once if it is. */
   onLost(h: Held, listener: (lost: LeaseLost) => void): () => void {
-    if (h.lostWith !== undefined) {
-      listener(h.lostWith)
-      return () => {}
-    }
-    if (h.state !== "held") return () => {}
-    const listeners = (h.listeners ??= new Set())
-    listeners.add(listener)
-    return () => {
-      listeners.delete(listener)
-    }
+    return h.state === "settled" ? () => {} : h.loss.onLost(listener)
   }
 
   private release(h: Held, state: LeaseState): void {
@@ -259,8 +236,7 @@ export class BrokerCore {
       leaseMillis,
       deadline: leaseMillis === undefined ? Infinity : this.now() + leaseMillis,
       state: "held",
-      lostWith: undefined,
-      listeners: undefined,
+      loss: new LeaseLoss(),
     }
     this.leased.add(h)
     consumer?.held.add(h)

@@ -37,6 +37,13 @@ export interface OutMessage {
   readonly deliveryMode: number | undefined
 }
 
+const toOut = (message: amqp.GetMessage): OutMessage => ({
+  text: message.content.toString("utf8"),
+  type: message.properties.type,
+  contentType: message.properties.contentType,
+  deliveryMode: message.properties.deliveryMode,
+})
+
 /** The platform's side: publishes envelopes, reads the output queue, inspects and cleans up. */
 export const platform = async (vhost: string) => {
   const connection = await amqp.connect(urlFor(vhost))
@@ -56,12 +63,7 @@ export const platform = async (vhost: string) => {
       for (;;) {
         const message = await channel.get(queue, { noAck: true })
         if (message === false) return out
-        out.push({
-          text: message.content.toString("utf8"),
-          type: message.properties.type,
-          contentType: message.properties.contentType,
-          deliveryMode: message.properties.deliveryMode,
-        })
+        out.push(toOut(message))
       }
     },
     count: async (queue: string) => (await channel.checkQueue(queue)).messageCount,
@@ -88,12 +90,7 @@ export const platform = async (vhost: string) => {
           await new Promise((resolve) => setTimeout(resolve, 20))
           continue
         }
-        all.push({
-          text: message.content.toString("utf8"),
-          type: message.properties.type,
-          contentType: message.properties.contentType,
-          deliveryMode: message.properties.deliveryMode,
-        })
+        all.push(toOut(message))
       }
       throw new Error(
         `${queue}: not done within ${ms} ms; read ${all.length}: ${
