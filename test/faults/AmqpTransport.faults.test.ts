@@ -121,7 +121,7 @@ describe("AmqpTransport under faults", () => {
     const running = runWorker(name, watch.wrap, 20)
     let broker = await platform(QUORUM_VHOST)
     try {
-      await broker.waitForQueue(`${name}_queue_in`)
+      await broker.waitForQueues(name)
       for (let i = 0; i < TASKS; i++) {
         broker.publish(`${name}_queue_in`, broker.envelope(`t-${i}`, { n: i }))
       }
@@ -182,7 +182,7 @@ describe("AmqpTransport under faults", () => {
     const back = Date.now()
     const broker = await platform(QUORUM_VHOST)
     try {
-      await broker.waitForQueue(`${name}_queue_in`, 10_000)
+      await broker.waitForQueues(name, 10_000)
       broker.publish(`${name}_queue_in`, broker.envelope("t-after", { n: 1 }))
       const out = await broker.readUntil(
         `${name}_queue_out`,

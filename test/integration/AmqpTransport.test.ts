@@ -112,7 +112,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           const worker = runWorker(countWords(name), vhost, {})
           try {
             // The worker declares the queues; wait for them before publishing.
-            await broker.waitForQueue(`${name}_queue_in`)
+            await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, broker.envelope("t-ok", { text: "hello big world" }))
             broker.publish(`${name}_queue_in`, broker.envelope("t-empty", { text: " " }))
             const out = await broker.readUntil(
@@ -148,7 +148,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           const name = uniqueName("poison")
           const worker = runWorker(countWords(name), vhost, {})
           try {
-            await broker.waitForQueue(`${name}_queue_in`)
+            await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, "not json at all")
             broker.publish(`${name}_queue_in`, JSON.stringify({ task_id: "t-bad", data: "x" }))
             const out = await broker.readUntil(
@@ -195,7 +195,7 @@ describe("AmqpTransport on RabbitMQ", () => {
             { deliveryLimit: 3 },
           )
           try {
-            await broker.waitForQueue(`${name}_queue_in`)
+            await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, broker.envelope("t-retry", { text: "a" }))
             const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
             const failure = JSON.parse(out.find(terminal)!.text)
@@ -244,6 +244,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           { deliveryLimit: 3 },
         )
         try {
+          await broker.waitForQueues(name)
           const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
           expect(out.map((m) => m.type)).toEqual(["failure"])
           expect(JSON.parse(out[0]!.text).data.error_message.code).toBe(
@@ -269,7 +270,7 @@ describe("AmqpTransport on RabbitMQ", () => {
     const name = uniqueName("lossless")
     const worker = runWorker(countWords(name), QUORUM_VHOST, { concurrency: 200 })
     try {
-      await broker.waitForQueue(`${name}_queue_in`)
+      await broker.waitForQueues(name)
       for (let i = 0; i < 200; i++) {
         broker.publish(`${name}_queue_in`, broker.envelope(`t-${i}`, { text: "a b" }))
       }

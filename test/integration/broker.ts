@@ -49,6 +49,20 @@ export const platform = async (vhost: string) => {
   const connection = await amqp.connect(urlFor(vhost))
   // A confirm channel: what `publish` sends is on the broker once `close` (or `confirmed`) returns.
   const channel = await connection.createConfirmChannel()
+  const waitForQueue = async (queue: string, ms = 20_000) => {
+    const deadline = Date.now() + ms
+    while (Date.now() < deadline) {
+      const probe = await connection.createChannel()
+      probe.on("error", () => {})
+      const found = await probe.checkQueue(queue).then(() => true, () => false)
+      if (found) {
+        await probe.close()
+        return
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    throw new Error(`${queue} was not declared within ${ms} ms`)
+  }
   return {
     publish: (queue: string, body: string) =>
       channel.sendToQueue(queue, Buffer.from(body), {
@@ -100,21 +114,13 @@ export const platform = async (vhost: string) => {
     },
     declare: (queue: string, options: amqp.Options.AssertQueue) =>
       channel.assertQueue(queue, options),
-    /** Waits until the worker has declared `queue` (a missing queue closes the channel that asks). */
-    waitForQueue: async (queue: string, ms = 20_000) => {
-      const deadline = Date.now() + ms
-      while (Date.now() < deadline) {
-        const probe = await connection.createChannel()
-        probe.on("error", () => {})
-        const found = await probe.checkQueue(queue).then(() => true, () => false)
-        if (found) {
-          await probe.close()
-          return
-        }
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      throw new Error(`${queue} was not declared within ${ms} ms`)
+    /** Waits until the worker has declared both queues of `name`: reading a missing one would close this client's channel. */
+    waitForQueues: async (name: string, ms = 20_000) => {
+      await waitForQueue(`${name}_queue_in`, ms)
+      await waitForQueue(`${name}_queue_out`, ms)
     },
+    /** Waits until the worker has declared `queue` (a missing queue closes the channel that asks). */
+    waitForQueue,
     remove: async (...queues: ReadonlyArray<string>) => {
       for (const queue of queues) await channel.deleteQueue(queue).catch(() => undefined)
     },
