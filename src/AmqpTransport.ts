@@ -106,6 +106,9 @@ const declareError = (error: unknown, queue: string): TransportError =>
       message: `Declaring the queue "${queue}" failed: ${describe(error)}`,
     })
 
+const FIRST_DELIVERY = Redeliveries.Counted({ count: 0 })
+const REDELIVERED = Redeliveries.Flagged({ redelivered: true })
+
 const toDelivery = (
   message: Amqp.ConsumeMessage,
   channel: Amqp.Channel,
@@ -124,9 +127,14 @@ const toDelivery = (
     })
   return {
     body: message.content,
+    // RabbitMQ 3.10 adds `x-delivery-count` to a quorum queue's message only from its second
+    // delivery on: a first delivery without it is attempt 1 on either kind of queue, and only a
+    // redelivery without it tells a classic queue.
     redeliveries: typeof count === "number"
       ? Redeliveries.Counted({ count })
-      : Redeliveries.Flagged({ redelivered: message.fields.redelivered }),
+      : message.fields.redelivered
+      ? REDELIVERED
+      : FIRST_DELIVERY,
     lease: {
       duration: Option.none(),
       renew: Option.none(),
@@ -273,6 +281,15 @@ export const make = (
             }),
         )
         consumer = { channel, tag: consumerTag }
+        // Runs after the cancel below. amqplib writes the connection's Close ahead of channel
+        // frames still buffered, so acks sent last would be dropped with the connection: a
+        // synchronous call on this channel answers only after the broker has read them, then
+        // the channel is closed before the connection.
+        yield* Effect.addFinalizer(() =>
+          Effect.promise(() =>
+            channel.checkQueue(options.inQueue).then(() => channel.close()).catch(() => undefined)
+          ).pipe(Effect.interruptible, Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore)
+        )
         yield* Effect.addFinalizer(() =>
           cancelConsumer.pipe(Effect.zipRight(Effect.sync(() => leases.lose("channel_closed"))))
         )
@@ -309,7 +326,10 @@ export const make = (
       Effect.forever,
       Effect.catchAll((error) =>
         Effect.logError(error.message).pipe(
-          Effect.zipRight(Effect.sync(() => (fatal = error))),
+          Effect.zipRight(Effect.sync(() => {
+            fatal = error
+            intakeStopped = true
+          })),
           Effect.zipRight(Queue.shutdown(inbox)),
         )
       ),
@@ -387,6 +407,11 @@ export const make = (
         }))
 
     const stopIntake = Effect.suspend(() => {
+      // Idempotent: a drain stops intake, then the scope's finalizer does again, and a second
+      // `takeAll` on the shut-down inbox would interrupt that finalizer.
+      if (intakeStopped) {
+        return Effect.void
+      }
       intakeStopped = true
       return cancelConsumer.pipe(
         // Delivered but never taken: give them back now rather than when the channel closes.

@@ -70,11 +70,11 @@ export const format = (d: Decision): string => {
  * @category logging
  */
 export const log = (d: Decision): Effect.Effect<void> =>
-  Effect.flatMap(FiberRef.get(FiberRef.currentMinimumLogLevel), (minimum) => {
+  Effect.withFiberRuntime((fiber) => {
     WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
     // Skipped whole when INFO is off: building the line and its annotations is most of its cost,
     // and this runs for every delivery.
-    return LogLevel.greaterThan(minimum, LogLevel.Info)
+    return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
       ? Effect.void
       : Effect.annotateLogs(Effect.logInfo(format(d)), annotations(d))
   })

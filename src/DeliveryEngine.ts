@@ -666,6 +666,7 @@ export const make = <A, I, O, R>(
      * A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it.
      * Uninterruptible but while it waits for a delivery (and where `process` restores).
      */
+    let failure: TransportError | undefined
     const spawn: Effect.Effect<void> = Effect.suspend(() => {
       const loop = Effect.uninterruptibleMask((restore) =>
         Effect.withFiberRuntime<void, TransportError>((fiber) => {
@@ -676,7 +677,11 @@ export const make = <A, I, O, R>(
               if (Option.isNone(next)) return
               yield* process(next.value, slot, restore)
             }
-          }).pipe(Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void)))
+          }).pipe(
+            // Kept: when the last pool fiber fails, `awaitEmpty` may win `run`'s race first.
+            Effect.tapError((error) => Effect.sync(() => void (failure ??= error))),
+            Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void)),
+          )
         })
       )
       return FiberSet.run(fibers, loop).pipe(Effect.asVoid)
@@ -703,6 +708,7 @@ export const make = <A, I, O, R>(
       run: Effect.gen(function* () {
         for (let i = 0; i < settings.concurrency; i++) yield* spawn
         yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
+        if (failure !== undefined) return yield* Effect.fail(failure)
       }),
       inFlight: Effect.sync(() => inFlight),
       awaitIdle: Effect.suspend(() =>

@@ -58,7 +58,33 @@ export interface WorkerSettings {
   readonly healthCheckPort: number
   /** `BROKER_URL`: absent means no RabbitMQ configured. Redacted: it holds the password. */
   readonly brokerUrl: Option.Option<Redacted.Redacted<string>>
+  /** `WORKER_TRANSPORT`, default `amqp`: `memory` runs on the embedded broker, for local trials. */
+  readonly transport: TransportKind
+  /** `WORKER_MODE`, default `service`: `job` takes a bounded number of tasks, then exits. */
+  readonly mode: WorkerMode
+  /** `WORKER_JOB_MAX_TASKS`, default 1: deliveries a job takes (counted on arrival). */
+  readonly jobMaxTasks: number
+  /** `WORKER_JOB_IDLE_TIMEOUT_S`, default 30 s: a job with nothing in hand this long exits 0. */
+  readonly jobIdleTimeout: Duration.Duration
+  /** `WORKER_JOB_CONNECT_TIMEOUT_S`, default 30 s: a job that cannot reach the broker this long exits 1. */
+  readonly jobConnectTimeout: Duration.Duration
 }
+
+/**
+ * Where the worker's tasks come from.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type TransportKind = "amqp" | "memory"
+
+/**
+ * How the worker runs: a long-lived service, or a job that exits once its tasks are done.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type WorkerMode = "service" | "job"
 
 /**
  * The worker's settings service.
@@ -77,22 +103,27 @@ export class Settings
  * @category models
  */
 export interface SettingsOverrides {
-  readonly inQueue?: string
-  readonly outQueue?: string
-  readonly concurrency?: number
-  readonly deliveryLimit?: number
-  readonly retryBackoffBase?: Duration.DurationInput
-  readonly retryBackoffMax?: Duration.DurationInput
-  readonly consumerTimeout?: Duration.DurationInput
-  readonly shutdownGrace?: Duration.DurationInput
-  readonly shutdownHooksTimeout?: Duration.DurationInput
-  readonly progressMinInterval?: Duration.DurationInput
-  readonly maxMessageBytes?: number
-  readonly taskTimeout?: Duration.DurationInput
-  readonly hostname?: string
-  readonly healthCheckHost?: string
-  readonly healthCheckPort?: number
-  readonly brokerUrl?: string | Redacted.Redacted<string>
+  readonly inQueue?: string | undefined
+  readonly outQueue?: string | undefined
+  readonly concurrency?: number | undefined
+  readonly deliveryLimit?: number | undefined
+  readonly retryBackoffBase?: Duration.DurationInput | undefined
+  readonly retryBackoffMax?: Duration.DurationInput | undefined
+  readonly consumerTimeout?: Duration.DurationInput | undefined
+  readonly shutdownGrace?: Duration.DurationInput | undefined
+  readonly shutdownHooksTimeout?: Duration.DurationInput | undefined
+  readonly progressMinInterval?: Duration.DurationInput | undefined
+  readonly maxMessageBytes?: number | undefined
+  readonly taskTimeout?: Duration.DurationInput | undefined
+  readonly hostname?: string | undefined
+  readonly healthCheckHost?: string | undefined
+  readonly healthCheckPort?: number | undefined
+  readonly brokerUrl?: string | Redacted.Redacted<string> | undefined
+  readonly transport?: TransportKind | undefined
+  readonly mode?: WorkerMode | undefined
+  readonly jobMaxTasks?: number | undefined
+  readonly jobIdleTimeout?: Duration.DurationInput | undefined
+  readonly jobConnectTimeout?: Duration.DurationInput | undefined
 }
 
 /**
@@ -266,6 +297,35 @@ export const make = (
       : Config.succeed(
         Option.some(Redacted.isRedacted(o.brokerUrl) ? o.brokerUrl : Redacted.make(o.brokerUrl)),
       ),
+    transport: given(
+      o.transport,
+      Config.literal("amqp", "memory")("WORKER_TRANSPORT").pipe(
+        Config.withDescription("amqp (RabbitMQ at BROKER_URL) or memory (the embedded broker)"),
+        Config.withDefault("amqp" as const),
+      ),
+    ),
+    mode: given(
+      o.mode,
+      Config.literal("service", "job")("WORKER_MODE").pipe(
+        Config.withDescription("service, or job (bounded tasks, then exit)"),
+        Config.withDefault("service" as const),
+      ),
+    ),
+    jobMaxTasks: given(
+      o.jobMaxTasks,
+      Config.integer("WORKER_JOB_MAX_TASKS").pipe(
+        Config.withDescription("deliveries a job takes"),
+        Config.withDefault(1),
+      ),
+    ),
+    jobIdleTimeout: given(
+      o.jobIdleTimeout,
+      seconds("WORKER_JOB_IDLE_TIMEOUT_S", "idle time after which a job exits", 30),
+    ),
+    jobConnectTimeout: given(
+      o.jobConnectTimeout,
+      seconds("WORKER_JOB_CONNECT_TIMEOUT_S", "time a job waits for the broker", 30),
+    ),
   }
   // Each key is read on its own (with `Config.all`, one value that does not parse would skip the
   // checks below): every parse error is reported together with every out-of-range value.
@@ -371,6 +431,18 @@ export const make = (
         false,
       )
       const taskTimeout = duration("taskTimeout (WORKER_TASK_TIMEOUT_S)", r.taskTimeout, true)
+      const mode = parsed(r.mode, "service")
+      const jobMaxTasks = int("jobMaxTasks (WORKER_JOB_MAX_TASKS)", r.jobMaxTasks, 1)
+      const jobIdleTimeout = duration(
+        "jobIdleTimeout (WORKER_JOB_IDLE_TIMEOUT_S)",
+        r.jobIdleTimeout,
+        true,
+      )
+      const jobConnectTimeout = duration(
+        "jobConnectTimeout (WORKER_JOB_CONNECT_TIMEOUT_S)",
+        r.jobConnectTimeout,
+        true,
+      )
       if (
         retryBackoffBase !== undefined && retryBackoffMax !== undefined &&
         Duration.greaterThan(retryBackoffBase, retryBackoffMax)
@@ -394,7 +466,8 @@ export const make = (
       const settings: WorkerSettings = {
         inQueue,
         outQueue,
-        concurrency,
+        // A job takes one delivery at a time, so that it never holds more than it will run.
+        concurrency: mode === "job" ? 1 : concurrency,
         deliveryLimit,
         retryBackoffBase: retryBackoffBase ?? Duration.zero,
         retryBackoffMax: retryBackoffMax ?? Duration.zero,
@@ -408,6 +481,11 @@ export const make = (
         healthCheckHost: parsed(r.healthCheckHost, ""),
         healthCheckPort,
         brokerUrl: parsed(r.brokerUrl, Option.none()),
+        transport: parsed(r.transport, "amqp"),
+        mode,
+        jobMaxTasks,
+        jobIdleTimeout: jobIdleTimeout ?? Duration.zero,
+        jobConnectTimeout: jobConnectTimeout ?? Duration.zero,
       }
       return problems.length === 0
         ? Effect.succeed(settings)

@@ -8,7 +8,10 @@ import type { Scope } from "effect"
 import { Duration, Effect, Fiber, Layer, Option, Schema } from "effect"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
+import * as Hooks from "./internal/hooks.ts"
 import * as LeaseRenewal from "./LeaseRenewal.ts"
+import * as Lifecycle from "./Lifecycle.ts"
+import * as Process from "./Process.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import type { TaskContext } from "./TaskContext.ts"
@@ -46,7 +49,29 @@ export interface WorkerDefinition<A, I, O, R> {
   /** Tasks run at once by default (`WORKER_CONCURRENCY` overrides it). */
   readonly concurrency?: number | undefined
   readonly handler: Handler<A, O, R>
+  /** Run in order before the worker consumes; a failure stops the process with exit 1. */
+  readonly onStartup?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
+  /**
+   * Run in order after the drain, before the broker connection closes; together they get
+   * `WORKER_SHUTDOWN_HOOKS_TIMEOUT_S`, each what the ones before it left.
+   */
+  readonly onShutdown?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
+  /**
+   * Named readiness probes: the worker is ready only while each succeeds within
+   * `WORKER_PROBE_TIMEOUT_S`. `broker` and `draining` are reserved names.
+   */
+  readonly readiness?: Readonly<Record<string, Hook<R>>> | undefined
 }
+
+/**
+ * A startup or shutdown hook, or a readiness probe: an Effect (which may require the handler's
+ * services), or a function, possibly `async`, given an `AbortSignal` that fires when its time
+ * is up.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Hook<R> = Hooks.Hook<R>
 
 /**
  * A validated worker definition.
@@ -62,6 +87,9 @@ export interface Worker<A, I, O, R> {
   readonly timeout: Duration.Duration
   readonly concurrency: number | undefined
   readonly handler: Handler<A, O, R>
+  readonly onStartup: ReadonlyArray<Hook<R>>
+  readonly onShutdown: ReadonlyArray<Hook<R>>
+  readonly readiness: Readonly<Record<string, Hook<R>>>
 }
 
 /**
@@ -81,6 +109,23 @@ export type Any = Worker<any, any, any, any>
 export type Requirements<W> = W extends Worker<any, any, any, infer R> ? R : never
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/
+
+const PROBE_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
+
+/**
+ * Readiness components the SDK reports itself.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const RESERVED_PROBE_NAMES: ReadonlyArray<string> = ["broker", "draining"]
+
+const hookList = <R>(
+  hooks: Hook<R> | ReadonlyArray<Hook<R>> | undefined,
+): ReadonlyArray<Hook<R>> | undefined => {
+  const list = hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks as Hook<R>]
+  return list.every(Hooks.isHook) ? list : undefined
+}
 
 /**
  * Checks a definition, returning the worker or why it cannot run.
@@ -122,6 +167,29 @@ export const validate = <A, I, O, R>(
     ) {
       return problem(`The worker "${d.name}" has a concurrency that is not a positive integer.`)
     }
+    const onStartup = hookList(d.onStartup)
+    const onShutdown = hookList(d.onShutdown)
+    for (const [key, hooks] of [["onStartup", onStartup], ["onShutdown", onShutdown]] as const) {
+      if (hooks === undefined) {
+        return problem(
+          `The worker "${d.name}" has an ${key} that is not an Effect, a function or a list of them.`,
+        )
+      }
+    }
+    const readiness = d.readiness ?? {}
+    for (const [name, probe] of Object.entries(readiness)) {
+      if (!PROBE_NAME_PATTERN.test(name) || RESERVED_PROBE_NAMES.includes(name)) {
+        return problem(
+          `The worker "${d.name}" has a readiness probe named "${name}": use letters, digits, ` +
+            "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
+        )
+      }
+      if (!Hooks.isHook(probe)) {
+        return problem(
+          `The worker "${d.name}" has a readiness probe "${name}" that is not an Effect or a function.`,
+        )
+      }
+    }
     return Effect.succeed({
       _tag: "Worker" as const,
       name: d.name,
@@ -130,6 +198,9 @@ export const validate = <A, I, O, R>(
       timeout: timeout.value,
       concurrency: d.concurrency,
       handler: d.handler,
+      onStartup: onStartup ?? [],
+      onShutdown: onShutdown ?? [],
+      readiness,
     })
   })
 
@@ -234,3 +305,32 @@ export const layer = <A, I, O, R>(
     const running = yield* start(worker)
     yield* Effect.addFinalizer(() => running.drain())
   }))
+
+/**
+ * Runs the worker as the process: reads and validates the settings, runs the startup hooks,
+ * consumes (RabbitMQ at `BROKER_URL`, or the embedded broker with `WORKER_TRANSPORT=memory`),
+ * drains on SIGTERM or SIGINT, and exits with the spec's code (0 clean, 1 failure, 2
+ * configuration). For a script: `if (import.meta.main) Worker.run(worker)`. A worker whose
+ * handler requires services gets them from `options.layer`.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export function run<A, I, O>(worker: Worker<A, I, O, never>, options?: Lifecycle.RunOptions): void
+export function run<A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options: Lifecycle.RunOptions & { readonly layer: Layer.Layer<R, unknown> },
+): void
+export function run<A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options?: Lifecycle.RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
+): void {
+  Process.runMain(
+    Lifecycle.run(worker, options).pipe(
+      Effect.provide(options?.layer ?? (Layer.empty as Layer.Layer<R>)),
+      Effect.catchAllCause((cause) =>
+        Effect.as(Effect.logError("The worker's services could not be built", cause), 1 as const)
+      ),
+    ),
+  )
+}

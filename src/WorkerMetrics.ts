@@ -4,14 +4,27 @@
  *
  * @since 0.1.0
  */
-import { Metric, MetricBoundaries } from "effect"
+import { Array as Arr, Metric, MetricBoundaries, MetricLabel } from "effect"
 
+/**
+ * `Metric.tagged`, with its labels made once. `Metric.tagged` builds a new array of labels at
+ * each update, so the metric's hook cache (keyed by that array) never hits and every update
+ * looks its metric up by a freshly hashed key: several times per delivery.
+ */
 const tagged = (metric: Metric.Metric.Counter<number>, key: string) => {
   const cache = new Map<string, Metric.Metric.Counter<number>>()
   return (value: string): Metric.Metric.Counter<number> => {
     let m = cache.get(value)
     if (m === undefined) {
-      m = Metric.tagged(metric, key, value)
+      const labels = [MetricLabel.make(key, value)]
+      const all = (extra: ReadonlyArray<MetricLabel.MetricLabel>) =>
+        extra.length === 0 ? labels : Arr.union(labels, extra)
+      m = Metric.make(
+        metric.keyType,
+        (input: number, extra) => metric.unsafeUpdate(input, all(extra)),
+        (extra) => metric.unsafeValue(all(extra)),
+        (input: number, extra) => metric.unsafeModify(input, all(extra)),
+      )
       cache.set(value, m)
     }
     return m

@@ -11,9 +11,15 @@ export * as DeliveryEngine from "./DeliveryEngine.ts"
 /** @since 0.1.0 */
 export * as Drain from "./Drain.ts"
 /** @since 0.1.0 */
+export * as JobMode from "./JobMode.ts"
+/** @since 0.1.0 */
 export * as LeaseRenewal from "./LeaseRenewal.ts"
 /** @since 0.1.0 */
+export * as Lifecycle from "./Lifecycle.ts"
+/** @since 0.1.0 */
 export * as MemoryBroker from "./MemoryBroker.ts"
+/** @since 0.1.0 */
+export * as Process from "./Process.ts"
 /** @since 0.1.0 */
 export * as ProgressThrottle from "./ProgressThrottle.ts"
 /** @since 0.1.0 */

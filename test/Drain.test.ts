@@ -6,9 +6,7 @@ import {
   Exit,
   Fiber,
   FiberStatus,
-  HashMap,
   Layer,
-  Logger,
   Option,
   Schema,
   Scope,
@@ -19,6 +17,7 @@ import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import type { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
+import { captureLogs, waitUntil } from "./support/logs.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks sleep for as long as their input says, recording what became of them.
@@ -72,41 +71,6 @@ const environment = (
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-interface LogLine {
-  readonly level: string
-  readonly message: string
-  readonly annotations: Readonly<Record<string, unknown>>
-}
-
-const captureLogs = () => {
-  const lines: Array<LogLine> = []
-  const layer = Logger.replace(
-    Logger.defaultLogger,
-    Logger.make(({ annotations, logLevel, message }) => {
-      lines.push({
-        level: logLevel.label,
-        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: Object.fromEntries(HashMap.toEntries(annotations)),
-      })
-    }),
-  )
-  const settled = (taskId: string) =>
-    lines.filter((l) =>
-      l.message.startsWith("Delivery settled:") && l.annotations.task_id === taskId
-    )
-  return { lines, layer, settled }
-}
-
-const waitUntil = (check: () => boolean | Effect.Effect<boolean>, what: string) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 2000; i++) {
-      const result = check()
-      if (typeof result === "boolean" ? result : yield* result) return
-      yield* Effect.yieldNow()
-    }
-    return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
-  })
 
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
 

@@ -191,7 +191,8 @@ describe("Settings", () => {
 
     it.effect("never shows its password in a settings error", () =>
       Effect.gen(function* () {
-        for (const brokerUrl of [{ BROKER_URL }, {}]) {
+        const environments: ReadonlyArray<Record<string, string>> = [{ BROKER_URL }, {}]
+        for (const brokerUrl of environments) {
           const error = yield* loadError(
             { ...brokerUrl, WORKER_CONCURRENCY: "0", WORKER_TASK_TIMEOUT_S: "1800" },
             brokerUrl.BROKER_URL === undefined ? { brokerUrl: BROKER_URL } : undefined,
@@ -322,6 +323,99 @@ describe("Settings", () => {
         expect(error.problems).toHaveLength(2)
         expect(error.problems[0]).toContain("WORKER_CONCURRENCY")
         expect(error.problems[1]).toContain("consumer timeout")
+      }))
+  })
+
+  describe("transport and job mode", () => {
+    it.effect("default to RabbitMQ, a service, and a job of one task with 30 s timeouts", () =>
+      Effect.gen(function* () {
+        const s = yield* load()
+        expect(s.transport).toBe("amqp")
+        expect(s.mode).toBe("service")
+        expect(s.jobMaxTasks).toBe(1)
+        expect(millis(s.jobIdleTimeout)).toBe(30_000)
+        expect(millis(s.jobConnectTimeout)).toBe(30_000)
+      }))
+
+    it.effect("are read from the environment", () =>
+      Effect.gen(function* () {
+        const s = yield* load({
+          WORKER_TRANSPORT: "memory",
+          WORKER_MODE: "job",
+          WORKER_JOB_MAX_TASKS: "20",
+          WORKER_JOB_IDLE_TIMEOUT_S: "2.5",
+          WORKER_JOB_CONNECT_TIMEOUT_S: "90",
+        })
+        expect(s.transport).toBe("memory")
+        expect(s.mode).toBe("job")
+        expect(s.jobMaxTasks).toBe(20)
+        expect(millis(s.jobIdleTimeout)).toBe(2_500)
+        expect(millis(s.jobConnectTimeout)).toBe(90_000)
+      }))
+
+    it.effect("are given in code", () =>
+      Effect.gen(function* () {
+        const s = yield* load(
+          { WORKER_MODE: "service", WORKER_TRANSPORT: "amqp" },
+          { mode: "job", transport: "memory", jobMaxTasks: 3, jobIdleTimeout: "1 minute" },
+        )
+        expect(s.mode).toBe("job")
+        expect(s.transport).toBe("memory")
+        expect(s.jobMaxTasks).toBe(3)
+        expect(millis(s.jobIdleTimeout)).toBe(60_000)
+      }))
+
+    it.effect("job mode runs one task at a time, whatever the concurrency asked for", () =>
+      Effect.gen(function* () {
+        const fromEnv = yield* load({ WORKER_MODE: "job", WORKER_CONCURRENCY: "8" })
+        expect(fromEnv.concurrency).toBe(1)
+        const fromCode = yield* load({}, { mode: "job", concurrency: 8 })
+        expect(fromCode.concurrency).toBe(1)
+        const fromDefinition = yield* load({ WORKER_MODE: "job" }, undefined, {
+          ...definition,
+          concurrency: 4,
+        })
+        expect(fromDefinition.concurrency).toBe(1)
+        // A service keeps its concurrency.
+        expect((yield* load({ WORKER_CONCURRENCY: "8" })).concurrency).toBe(8)
+      }))
+
+    it.effect("job mode still validates the concurrency it does not use", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ WORKER_MODE: "job", WORKER_CONCURRENCY: "0" })
+        expect(error.problems).toHaveLength(1)
+        expect(error.problems[0]).toContain("WORKER_CONCURRENCY")
+      }))
+
+    it.effect("are validated, every problem listed at once", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({
+          WORKER_TRANSPORT: "kafka",
+          WORKER_MODE: "batch",
+          WORKER_JOB_MAX_TASKS: "0",
+          WORKER_JOB_IDLE_TIMEOUT_S: "0",
+          WORKER_JOB_CONNECT_TIMEOUT_S: "-1",
+        })
+        const expected = [
+          "WORKER_TRANSPORT",
+          "WORKER_MODE",
+          "WORKER_JOB_MAX_TASKS",
+          "WORKER_JOB_IDLE_TIMEOUT_S",
+          "WORKER_JOB_CONNECT_TIMEOUT_S",
+        ]
+        expect(error.problems).toHaveLength(expected.length)
+        for (const key of expected) {
+          expect(error.problems.filter((problem) => problem.includes(key))).toHaveLength(1)
+        }
+      }))
+
+    it.effect("refuse a fractional or non-numeric job size", () =>
+      Effect.gen(function* () {
+        for (const value of ["1.5", "many"]) {
+          const error = yield* loadError({ WORKER_JOB_MAX_TASKS: value })
+          expect(error.problems).toHaveLength(1)
+          expect(error.problems[0]).toContain("WORKER_JOB_MAX_TASKS")
+        }
       }))
   })
 })

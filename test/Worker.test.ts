@@ -191,6 +191,76 @@ describe("Worker", () => {
     })
   })
 
+  describe("hooks and readiness probes", () => {
+    const hook = Effect.void
+    const fn = async (_signal: AbortSignal) => {}
+
+    it("default to none", () => {
+      const worker = Worker.make(valid)
+      expect(worker.onStartup).toEqual([])
+      expect(worker.onShutdown).toEqual([])
+      expect(worker.readiness).toEqual({})
+    })
+
+    it("one hook or a list, Effects or functions, kept in order", () => {
+      const worker = Worker.make({ ...valid, onStartup: fn, onShutdown: [hook, fn] })
+      expect(worker.onStartup).toEqual([fn])
+      expect(worker.onShutdown).toEqual([hook, fn])
+    })
+
+    it("readiness probes by name", () => {
+      const probe = () => true
+      const worker = Worker.make({ ...valid, readiness: { model: probe, "cache.v2": hook } })
+      expect(worker.readiness).toEqual({ model: probe, "cache.v2": hook })
+    })
+
+    const cases: ReadonlyArray<readonly [string, globalThis.Record<string, unknown>, string]> = [
+      [
+        "an onStartup that is not a hook",
+        { onStartup: "connect" },
+        'The worker "count-words" has an onStartup that is not an Effect, a function or a list of them.',
+      ],
+      [
+        "an onShutdown list with something else in it",
+        { onShutdown: [hook, 42] },
+        'The worker "count-words" has an onShutdown that is not an Effect, a function or a list of them.',
+      ],
+      [
+        'a probe named "broker", which the SDK reports itself',
+        { readiness: { broker: hook } },
+        'The worker "count-words" has a readiness probe named "broker": use letters, digits, ' +
+        "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
+      ],
+      [
+        'a probe named "draining"',
+        { readiness: { draining: hook } },
+        'The worker "count-words" has a readiness probe named "draining": use letters, digits, ' +
+        "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
+      ],
+      [
+        "a probe name with a space",
+        { readiness: { "my model": hook } },
+        'The worker "count-words" has a readiness probe named "my model": use letters, digits, ' +
+        "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
+      ],
+      [
+        "a probe that is not a hook",
+        { readiness: { model: true } },
+        'The worker "count-words" has a readiness probe "model" that is not an Effect or a function.',
+      ],
+    ]
+
+    for (const [what, changes, message] of cases) {
+      it(`Worker.make throws WorkerDefinitionError for ${what}`, () => {
+        expect(() => Worker.make(definition(changes))).toThrow(
+          new WorkerDefinitionError({ message }),
+        )
+        expect(message).not.toContain("\n")
+        expect(message.endsWith(".")).toBe(true)
+      })
+    }
+  })
+
   describe("a handler's requirements", () => {
     class Dictionary extends Context.Tag("test/Dictionary")<Dictionary, {
       readonly isWord: (word: string) => boolean

@@ -1,0 +1,156 @@
+/**
+ * Process timings of the CLI on Deno and on Node, against RabbitMQ (quorum queues):
+ *
+ * - stop: SIGTERM to exit, for an idle worker in service mode;
+ * - job: process start to the first task settled (its `success` seen on the output queue), in
+ *   job mode with one task waiting, and to the process's exit.
+ *
+ * Each beside its baseline measured in the same run: the bare runtime starting and exiting.
+ *
+ *   npm run build && deno run -A bench/lifecycle.ts [runs]
+ */
+import { Buffer } from "node:buffer"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import { once } from "node:events"
+import process from "node:process"
+import { fileURLToPath } from "node:url"
+import amqp from "amqplib"
+
+const RUNS = Number(Deno.args[0] ?? 7)
+const VHOST = "async-task-worker-quorum"
+const BROKER = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
+const root = fileURLToPath(new URL("..", import.meta.url))
+const worker = "./examples/deploy/worker.mjs"
+
+const rabbitmqctl = (...args: Array<string>) =>
+  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
+if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)) {
+  rabbitmqctl("add_vhost", VHOST, "--default-queue-type", "quorum")
+  rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
+}
+
+const runtimes = {
+  deno: {
+    bare: ["node_modules/deno/deno", ["eval", ""]],
+    cli: ["node_modules/deno/deno", ["run", "-A", "cli.ts", "run", worker]],
+  },
+  node: {
+    bare: ["node", ["-e", ""]],
+    cli: ["node", ["dist/cli.js", "run", worker]],
+  },
+} as const
+
+const start = (command: readonly [string, ReadonlyArray<string>], env: Record<string, string>) =>
+  spawn(command[0], [...command[1]], {
+    cwd: root,
+    env: { ...Deno.env.toObject(), ...env },
+    stdio: ["ignore", "pipe", "inherit"],
+  })
+
+const exited = async (child: ChildProcess): Promise<number> => {
+  const [code] = await once(child, "exit")
+  return code as number
+}
+
+const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+
+const waitForLine = (child: ChildProcess, pattern: RegExp) =>
+  new Promise<void>((resolve) => {
+    let buffered = ""
+    child.stdout!.on("data", (chunk: Uint8Array) => {
+      buffered += new TextDecoder().decode(chunk)
+      if (pattern.test(buffered)) resolve()
+    })
+  })
+
+const connection = await amqp.connect(BROKER)
+const channel = await connection.createChannel()
+
+const queues = async (name: string) => {
+  const inQueue = `${name}_in`
+  const outQueue = `${name}_out`
+  for (const q of [inQueue, outQueue]) {
+    await channel.assertQueue(q, { durable: true })
+    await channel.purgeQueue(q)
+  }
+  return { inQueue, outQueue }
+}
+
+const bare = async (runtime: keyof typeof runtimes) => {
+  const t0 = performance.now()
+  await exited(start(runtimes[runtime].bare, {}))
+  return performance.now() - t0
+}
+
+const stop = async (runtime: keyof typeof runtimes) => {
+  const { inQueue, outQueue } = await queues(`bench-lifecycle-stop-${runtime}`)
+  const child = start(runtimes[runtime].cli, {
+    BROKER_URL: BROKER,
+    IN_QUEUE_NAME: inQueue,
+    OUT_QUEUE_NAME: outQueue,
+  })
+  await waitForLine(child, /started in service mode/)
+  // Let the consumer register: the measure is of the drain and close, not of a startup.
+  await new Promise((r) => setTimeout(r, 200))
+  const t0 = performance.now()
+  // Not `child.kill`: Deno then reports the child as killed by the signal whatever its exit code.
+  process.kill(child.pid!, "SIGTERM")
+  const code = await exited(child)
+  if (code !== 0) throw new Error(`${runtime}: exit ${code} on SIGTERM`)
+  return performance.now() - t0
+}
+
+const job = async (runtime: keyof typeof runtimes) => {
+  const { inQueue, outQueue } = await queues(`bench-lifecycle-job-${runtime}`)
+  channel.sendToQueue(
+    inQueue,
+    Buffer.from(
+      `{"task_id": "t-1", "data": {"message_type": "submission", "body": {"text": "a b"}}}`,
+    ),
+    { persistent: true },
+  )
+  let seen: (at: number) => void = () => {}
+  const settled = new Promise<number>((resolve) => (seen = resolve))
+  const { consumerTag } = await channel.consume(outQueue, (message) => {
+    if (message !== null && message.properties.type === "success") seen(performance.now())
+  }, { noAck: true })
+  const t0 = performance.now()
+  const child = start(runtimes[runtime].cli, {
+    BROKER_URL: BROKER,
+    IN_QUEUE_NAME: inQueue,
+    OUT_QUEUE_NAME: outQueue,
+    WORKER_MODE: "job",
+    WORKER_JOB_MAX_TASKS: "1",
+  })
+  const code = await exited(child)
+  const exit = performance.now() - t0
+  if (code !== 0) throw new Error(`${runtime}: job exited ${code}`)
+  const at = await settled
+  await channel.cancel(consumerTag)
+  return { settled: at - t0, exit }
+}
+
+console.log(`runs: ${RUNS} each, medians; RabbitMQ quorum queues, ${Deno.build.os}`)
+for (const runtime of ["deno", "node"] as const) {
+  const bares: Array<number> = []
+  const stops: Array<number> = []
+  const settles: Array<number> = []
+  const exits: Array<number> = []
+  for (let i = 0; i < RUNS; i++) {
+    if (Deno.env.get("BENCH_DEBUG")) console.error("run", runtime, i)
+    bares.push(await bare(runtime))
+    stops.push(await stop(runtime))
+    const j = await job(runtime)
+    settles.push(j.settled)
+    exits.push(j.exit)
+  }
+  const b = median(bares)
+  const line = (label: string, ms: number) =>
+    `  ${label.padEnd(36)} ${ms.toFixed(0).padStart(5)} ms   ${(ms / b).toFixed(1)}x bare`
+  console.log(`${runtime}:`)
+  console.log(line("bare runtime start+exit (baseline)", b))
+  console.log(line("SIGTERM to exit, idle", median(stops)))
+  console.log(line("job: start to first task settled", median(settles)))
+  console.log(line("job: start to exit", median(exits)))
+}
+await connection.close()

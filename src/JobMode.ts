@@ -1,0 +1,99 @@
+/**
+ * Job mode (`WORKER_MODE=job`): a worker that takes a bounded number of deliveries, finishes
+ * them and exits, as a Kubernetes Job or a KEDA `ScaledJob` expects. Prefetch is 1 (see
+ * `Settings`); this module counts deliveries, watches for idleness and for a broker that stays
+ * out of reach.
+ *
+ * @since 0.1.0
+ */
+import { Clock, Data, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
+import type { ConnectionStatus, Delivery } from "./Transport.ts"
+import { Transport } from "./Transport.ts"
+
+/**
+ * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
+  readonly after: Duration.Duration
+}> {
+  override get message(): string {
+    return `The broker stayed unreachable for ${Duration.format(this.after)}: giving up`
+  }
+}
+
+/**
+ * The transport, stopping its intake once `maxTasks` deliveries have arrived. Every delivery
+ * counts, poison and over-limit ones included: a job's budget is deliveries, not successes.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const limitIntake = (
+  transport: Transport["Type"],
+  maxTasks: number,
+): Transport["Type"] => {
+  let taken = 0
+  return Transport.of({
+    ...transport,
+    take: Effect.flatMap(transport.take, (delivery): Effect.Effect<Option.Option<Delivery>> => {
+      if (Option.isNone(delivery)) return Effect.succeed(delivery)
+      taken += 1
+      return taken < maxTasks ? Effect.succeed(delivery) : Effect.as(transport.stopIntake, delivery)
+    }),
+  })
+}
+
+/**
+ * Completes once the worker has held no delivery, while connected, for `timeout`; polled a few
+ * times per timeout (at most every 250 ms). Idleness counts from the first poll that sees it, so
+ * the job is never cut short: it may wait up to one poll longer than `timeout`.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const awaitIdle = (
+  inFlight: Effect.Effect<number>,
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  timeout: Duration.Duration,
+): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const timeoutMillis = Duration.toMillis(timeout)
+    // `undefined` while busy. Not the last busy poll: the work may have ended just before the
+    // next one, and counting from the busy poll would end the job up to a poll early.
+    let idleSince: number | undefined = yield* Clock.currentTimeMillis
+    const idleLongEnough = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const busy = (yield* inFlight) > 0 || (yield* SubscriptionRef.get(status)) !== "connected"
+      if (busy) idleSince = undefined
+      else idleSince ??= now
+      return idleSince !== undefined && now - idleSince >= timeoutMillis
+    })
+    yield* idleLongEnough.pipe(
+      Effect.repeat({
+        schedule: Schedule.spaced(Duration.millis(Math.min(250, timeoutMillis / 4))),
+        until: (idle) => idle,
+      }),
+    )
+  })
+
+/**
+ * Fails once the connection has been other than `connected` for `timeout` without a break.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const failWhenUnreachable = (
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  timeout: Duration.Duration,
+): Effect.Effect<never, BrokerUnreachable> =>
+  status.changes.pipe(
+    Stream.flatMap(
+      (s) => (s === "connected" ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))),
+      { switch: true },
+    ),
+    Stream.runHead,
+    Effect.zipRight(Effect.fail(new BrokerUnreachable({ after: timeout }))),
+  )

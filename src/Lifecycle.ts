@@ -1,0 +1,378 @@
+/**
+ * The life of a worker process: settings first, startup hooks, consume, then on SIGTERM or
+ * SIGINT (or when a job is done) the bounded shutdown — drain, shutdown hooks, close — and the
+ * spec's exit code. Process-free: the process comes from the {@link Process} service.
+ *
+ * @since 0.1.0
+ */
+import {
+  Cause,
+  Clock,
+  Context,
+  Data,
+  Duration,
+  Effect,
+  Either,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Schedule,
+  Scope,
+  Stream,
+  SubscriptionRef,
+} from "effect"
+import * as AmqpTransport from "./AmqpTransport.ts"
+import * as Hooks from "./internal/hooks.ts"
+import * as JobMode from "./JobMode.ts"
+import * as MemoryBroker from "./MemoryBroker.ts"
+import { type ExitCode, Process } from "./Process.ts"
+import * as Settings from "./Settings.ts"
+import { Transport } from "./Transport.ts"
+import type * as Worker from "./Worker.ts"
+import * as WorkerModule from "./Worker.ts"
+import type { TransportError } from "./WorkerError.ts"
+
+/**
+ * Where the process is in its life.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type LifecycleState = Data.TaggedEnum<{
+  // deno-lint-ignore ban-types
+  Starting: {}
+  // deno-lint-ignore ban-types
+  Running: {}
+  // deno-lint-ignore ban-types
+  Draining: {}
+  Stopped: { readonly exitCode: ExitCode }
+}>
+
+/**
+ * Constructors and matchers for {@link LifecycleState}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export const LifecycleState = Data.taggedEnum<LifecycleState>()
+
+/**
+ * How to run a worker process.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunOptions {
+  /** Settings given in code; they win over the environment. */
+  readonly settings?: Settings.SettingsOverrides | undefined
+  /** The transport; by default RabbitMQ at `BROKER_URL`, or the embedded broker (`WORKER_TRANSPORT=memory`). */
+  readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
+}
+
+/**
+ * The most the shutdown may take after the first signal: the grace period (at least 5 s), then
+ * 5 s for the requeues, 5 s to close the connection, 5 s for the shutdown hooks and 2 s of slack.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const shutdownBound = (grace: Duration.Duration): Duration.Duration =>
+  Duration.sum(Duration.max(grace, Duration.seconds(5)), Duration.seconds(17))
+
+class StartupFailed extends Data.TaggedError("StartupFailed")<{ readonly cause: unknown }> {}
+
+const describe = (u: unknown): string =>
+  u instanceof Error ? `${u.name}: ${u.message}` : typeof u === "string" ? u : "a non-Error value"
+
+/**
+ * Runs hooks in order, all of them within `budget`, each with what is left of it. A hook that
+ * refuses to be interrupted is left behind (`disconnect`) when its time is up, so that the hooks
+ * after it still run.
+ */
+const runShutdownHooks = <R>(
+  hooks: ReadonlyArray<Worker.Hook<R>>,
+  budget: Duration.Duration,
+): Effect.Effect<boolean, never, R> =>
+  Effect.gen(function* () {
+    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(budget)
+    let clean = true
+    for (const [i, hook] of hooks.entries()) {
+      // A hook still starts once the budget is spent, with a millisecond: time for one that
+      // finishes at once (a flush) after one that hung, well within the bound's slack.
+      const left = Math.max(1, deadline - (yield* Clock.currentTimeMillis))
+      const result = yield* Hooks.toEffect(hook).pipe(
+        Effect.interruptible,
+        Effect.disconnect,
+        Effect.timeoutOption(Duration.millis(left)),
+        Effect.either,
+      )
+      if (Either.isLeft(result)) {
+        clean = false
+        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${describe(result.left)}`)
+      } else if (Option.isNone(result.right)) {
+        clean = false
+        yield* Effect.logError(
+          `Shutdown hook ${i + 1} did not finish within the shutdown hooks' time (${
+            Duration.format(budget)
+          })`,
+        )
+      }
+    }
+    return clean
+  })
+
+/**
+ * The worker with its `async` handlers watched: a handler whose Promise is still pending once
+ * the drain has interrupted it ignored its `AbortSignal`.
+ */
+const watchAsyncHandlers = <A, I, O, R>(worker: Worker.Worker<A, I, O, R>) => {
+  const pending = new Map<Promise<unknown>, string>()
+  const watched: Worker.Worker<A, I, O, R> = {
+    ...worker,
+    handler: (input, ctx) => {
+      const result = worker.handler(input, ctx)
+      if (Effect.isEffect(result) || typeof (result as PromiseLike<O>)?.then !== "function") {
+        return result
+      }
+      const promise = Promise.resolve(result as PromiseLike<O>)
+      const settled = () => void pending.delete(promise)
+      pending.set(promise, ctx.taskId)
+      promise.then(settled, settled)
+      return promise
+    },
+  }
+  return { watched, pending }
+}
+
+/**
+ * The embedded broker for local trials: each line of standard input is a task (a whole
+ * envelope, or just its `data.body`), each message published is printed on standard output,
+ * and intake stops once input has ended and every task is settled.
+ */
+const layerMemoryTrial: Layer.Layer<Transport, never, Settings.Settings | Process> = Layer.scoped(
+  Transport,
+  Effect.gen(function* () {
+    const broker = yield* MemoryBroker.make()
+    const settings = yield* Settings.Settings
+    const process = yield* Process
+    const transport = yield* broker.transport({
+      inQueue: settings.inQueue,
+      outQueue: settings.outQueue,
+      capacity: settings.concurrency,
+      leaseDuration: settings.consumerTimeout,
+    })
+    let n = 0
+    const toEnvelope = (line: string): string => {
+      try {
+        const parsed: unknown = JSON.parse(line)
+        if (typeof parsed === "object" && parsed !== null && "task_id" in parsed) return line
+      } catch {
+        return line // not JSON: published as it is, to be refused as poison, as RabbitMQ would
+      }
+      n += 1
+      return `{"task_id":"local-${n}","data":{"message_type":"submission","body":${line}}}`
+    }
+    const settled = Effect.zipWith(
+      broker.ready(settings.inQueue),
+      broker.unacked(settings.inQueue),
+      (ready, unacked) => ready + unacked === 0,
+    )
+    yield* process.stdinLines.pipe(
+      Stream.filter((line) => line.trim() !== ""),
+      Stream.runForEach((line) => broker.publish(settings.inQueue, toEnvelope(line))),
+      Effect.zipRight(
+        settled.pipe(Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (s) => s })),
+      ),
+      Effect.zipRight(transport.stopIntake),
+      Effect.forkScoped,
+    )
+    const decoder = new TextDecoder()
+    return Transport.of({
+      ...transport,
+      publish: (body, type) =>
+        Effect.tap(transport.publish(body, type), () => process.writeOut(decoder.decode(body))),
+    })
+  }),
+)
+
+/**
+ * The process's transport: RabbitMQ at `BROKER_URL`, or the embedded broker for local trials.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerTransport = (
+  settings: Settings.WorkerSettings,
+): Layer.Layer<Transport, TransportError, Settings.Settings | Process> =>
+  settings.transport === "memory" ? layerMemoryTrial : AmqpTransport.layer
+
+/**
+ * The whole life of a worker process, as an Effect that returns the exit code and never exits
+ * the process itself (`Worker.run` and the CLI do). The shutdown after a signal is bounded by
+ * {@link shutdownBound} whatever a handler, a hook or the broker does: it is raced against the
+ * clock from outside, because a time limit inside a finalizer never fires.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const run = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: RunOptions = {},
+): Effect.Effect<ExitCode, never, Process | R> =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const process = yield* Process
+      const signals = yield* process.signals
+      const read = yield* Effect.either(
+        Settings.make(
+          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+          options.settings,
+        ),
+      )
+      if (Either.isLeft(read)) {
+        yield* process.writeErr(read.left.message)
+        return 2
+      }
+      const settings = read.right
+      if (
+        options.transport === undefined && settings.transport === "amqp" &&
+        Option.isNone(settings.brokerUrl)
+      ) {
+        yield* process.writeErr(
+          "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
+            "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
+        )
+        return 2
+      }
+      const state = yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting())
+      const { watched, pending } = watchAsyncHandlers(worker)
+      const workerScope = yield* Scope.make()
+      let running: WorkerModule.RunningWorker | undefined
+      let startupDone = false
+
+      const main: Effect.Effect<ExitCode, never, R | Process> = Effect.gen(function* () {
+        for (const hook of worker.onStartup) {
+          yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupFailed({ cause })))
+        }
+        startupDone = true
+        const context = yield* Layer.buildWithScope(
+          options.transport ?? layerTransport(settings),
+          workerScope,
+        ).pipe(Effect.provideService(Settings.Settings, settings))
+        const transport = Context.get(context, Transport)
+        const job = settings.mode === "job"
+        running = yield* WorkerModule.start(watched).pipe(
+          Scope.extend(workerScope),
+          Effect.provideService(
+            Transport,
+            job ? JobMode.limitIntake(transport, settings.jobMaxTasks) : transport,
+          ),
+          Effect.provideService(Settings.Settings, settings),
+        )
+        yield* SubscriptionRef.set(state, LifecycleState.Running())
+        yield* Effect.logInfo(
+          `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
+        )
+        const done: Effect.Effect<void, TransportError | JobMode.BrokerUnreachable> = job
+          ? Effect.raceFirst(
+            Effect.raceFirst(
+              running.await,
+              JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
+                Effect.tap(() =>
+                  Effect.logInfo(
+                    `Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`,
+                  )
+                ),
+              ),
+            ),
+            JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
+          )
+          : running.await
+        yield* done
+        return 0 as const
+      }).pipe(
+        Effect.catchAll((error) => {
+          switch (error._tag) {
+            case "StartupFailed":
+              return Effect.as(
+                Effect.logError(`A startup hook failed: ${describe(error.cause)}`),
+                1 as const,
+              )
+            case "BrokerUnreachable":
+              return Effect.as(Effect.logError(error.message), 1 as const)
+            case "TransportError":
+              // The transport has logged it; refused credentials or a conflicting queue are
+              // configuration, which no restart mends.
+              return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
+          }
+        }),
+        // A defect (in the transport, the engine) is a failure of the process, not of `run`:
+        // the shutdown must still drain, run the hooks and close.
+        Effect.catchAllCause((cause) =>
+          Cause.isInterruptedOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
+        ),
+      )
+
+      const mainFiber = yield* Effect.fork(main)
+      const first = yield* Effect.raceFirst(
+        Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
+        Queue.take(signals).pipe(
+          Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
+          Effect.as(Option.none<ExitCode>()),
+        ),
+      )
+
+      const shutdown = Effect.gen(function* () {
+        if (running !== undefined) {
+          yield* SubscriptionRef.set(state, LifecycleState.Draining())
+          yield* running.drain({
+            skipGrace: Queue.take(signals).pipe(
+              Effect.tap((signal) =>
+                Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
+              ),
+            ),
+          })
+        }
+        // A signal during startup cancels the connection attempt and the startup hooks.
+        yield* Fiber.interrupt(mainFiber)
+        const hooksClean = startupDone
+          ? yield* runShutdownHooks(worker.onShutdown, settings.shutdownHooksTimeout)
+          : true
+        yield* Scope.close(workerScope, Exit.void)
+        if (pending.size > 0) {
+          for (const taskId of pending.values()) {
+            yield* Effect.logError(
+              `The handler of task ${taskId} ignored its AbortSignal and is still running`,
+            ).pipe(Effect.annotateLogs({ task_id: taskId }))
+          }
+          yield* Effect.promise(() => Promise.allSettled(pending.keys()))
+        }
+        const code: ExitCode = Option.getOrElse(first, () => 0 as const)
+        return hooksClean ? code : (code === 0 ? 1 : code)
+      })
+
+      const bound = shutdownBound(settings.shutdownGrace)
+      // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
+      const code = yield* shutdown.pipe(
+        Effect.disconnect,
+        Effect.timeoutOption(bound),
+        Effect.flatMap(Option.match({
+          onSome: Effect.succeed,
+          onNone: () =>
+            Effect.as(
+              Effect.logError(`The shutdown did not end within ${Duration.format(bound)}: exiting`),
+              1 as const,
+            ),
+        })),
+        Effect.catchAllCause((cause) =>
+          Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
+        ),
+      )
+      yield* SubscriptionRef.set(state, LifecycleState.Stopped({ exitCode: code }))
+      return code
+    }).pipe(Effect.annotateLogs({ service: worker.name })),
+  )

@@ -1,0 +1,153 @@
+/**
+ * The process a worker runs in: its signals, arguments, standard streams and exit. The one
+ * module that touches `process` (which Deno provides too), so that the lifecycle is tested with
+ * {@link layerTest} and no real process.
+ *
+ * @since 0.1.0
+ */
+import process from "node:process"
+import { createInterface } from "node:readline"
+import type { Scope } from "effect"
+import { Context, Effect, Exit, Layer, PubSub, Queue, Ref, Stream } from "effect"
+
+/**
+ * The signals that stop a worker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Signal = "SIGTERM" | "SIGINT"
+
+/**
+ * The spec's exit codes: 0 a clean stop, 1 a failure, 2 a configuration or usage error.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ExitCode = 0 | 1 | 2
+
+/**
+ * The process, as the lifecycle uses it.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Process extends Context.Tag("@async-task/worker/Process")<Process, {
+  /**
+   * The stop signals received from now on, for as long as the scope lives. While anyone
+   * listens, a signal no longer ends the process by itself.
+   */
+  readonly signals: Effect.Effect<Queue.Dequeue<Signal>, never, Scope.Scope>
+  /** The command-line arguments after the program's own. */
+  readonly argv: ReadonlyArray<string>
+  /** Standard input, line by line, ending when it closes. */
+  readonly stdinLines: Stream.Stream<string>
+  /** Writes one line to standard output. */
+  readonly writeOut: (line: string) => Effect.Effect<void>
+  /** Writes one line to standard error. */
+  readonly writeErr: (line: string) => Effect.Effect<void>
+  /** The working directory, for resolving a module given on the command line. */
+  readonly cwd: string
+}>() {}
+
+const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
+
+/**
+ * The real process.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Process> = Layer.succeed(
+  Process,
+  Process.of({
+    signals: Effect.acquireRelease(
+      Effect.gen(function* () {
+        const queue = yield* Queue.unbounded<Signal>()
+        const listeners = SIGNALS.map((signal) => {
+          const listener = () => Queue.unsafeOffer(queue, signal)
+          process.on(signal, listener)
+          return () => process.off(signal, listener)
+        })
+        return { queue, listeners }
+      }),
+      ({ listeners, queue }) =>
+        Effect.sync(() => listeners.forEach((off) => off())).pipe(
+          Effect.zipRight(Queue.shutdown(queue)),
+        ),
+    ).pipe(Effect.map(({ queue }) => queue)),
+    argv: process.argv.slice(2),
+    stdinLines: Stream.suspend(() =>
+      Stream.fromAsyncIterable(
+        createInterface({ input: process.stdin, crlfDelay: Infinity }),
+        () => undefined,
+      ).pipe(Stream.catchAll(() => Stream.empty))
+    ),
+    writeOut: (line) => Effect.sync(() => void process.stdout.write(`${line}\n`)),
+    writeErr: (line) => Effect.sync(() => void process.stderr.write(`${line}\n`)),
+    cwd: process.cwd(),
+  }),
+)
+
+/**
+ * Runs `program` as the process and exits with its code (1 if it fails). Only an entry point
+ * (`Worker.run`, the CLI) calls it.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const runMain = (program: Effect.Effect<ExitCode, never, Process>): void => {
+  // A running fiber holds nothing open: while the program waits on what has no timer or socket
+  // (a signal, a startup hook's bare Promise), the runtime would end the process with code 0.
+  const keepAlive = setInterval(() => {}, 2 ** 31 - 1)
+  Effect.runFork(Effect.provide(program, layer)).addObserver((exit) => {
+    clearInterval(keepAlive)
+    process.exit(Exit.isSuccess(exit) ? exit.value : 1)
+  })
+}
+
+/**
+ * A process for tests: signals sent with `signal`, standard input given as lines, and what was
+ * written kept.
+ *
+ * @since 0.1.0
+ * @category testing
+ */
+export interface TestProcess {
+  readonly process: Process["Type"]
+  /** Sends a stop signal to every listener. */
+  readonly signal: (signal?: Signal) => Effect.Effect<void>
+  /** Lines written to standard output, then to standard error. */
+  readonly out: Effect.Effect<ReadonlyArray<string>>
+  readonly err: Effect.Effect<ReadonlyArray<string>>
+}
+
+/**
+ * Makes a {@link TestProcess}.
+ *
+ * @since 0.1.0
+ * @category testing
+ */
+export const makeTest = (options: {
+  readonly argv?: ReadonlyArray<string>
+  readonly stdinLines?: Stream.Stream<string>
+  readonly cwd?: string
+} = {}): Effect.Effect<TestProcess> =>
+  Effect.gen(function* () {
+    const hub = yield* PubSub.unbounded<Signal>()
+    const out = yield* Ref.make<ReadonlyArray<string>>([])
+    const err = yield* Ref.make<ReadonlyArray<string>>([])
+    return {
+      process: Process.of({
+        signals: PubSub.subscribe(hub),
+        argv: options.argv ?? [],
+        stdinLines: options.stdinLines ?? Stream.never,
+        writeOut: (line) => Ref.update(out, (lines) => [...lines, line]),
+        writeErr: (line) => Ref.update(err, (lines) => [...lines, line]),
+        cwd: options.cwd ?? ".",
+      }),
+      signal: (signal = "SIGTERM") => PubSub.publish(hub, signal),
+      out: Ref.get(out),
+      err: Ref.get(err),
+    }
+  })

@@ -1,0 +1,23 @@
+import { Effect } from "effect"
+
+/**
+ * Work the author gives the lifecycle (a startup or shutdown hook, a readiness probe): an
+ * Effect, or a function that may return a Promise and is handed an `AbortSignal` that fires
+ * when its time is up or the worker stops.
+ */
+export type Hook<R> =
+  | Effect.Effect<unknown, unknown, R>
+  | ((signal: AbortSignal) => PromiseLike<unknown> | unknown)
+
+/** Whether `u` can be run as a {@link Hook}. */
+export const isHook = (u: unknown): boolean => Effect.isEffect(u) || typeof u === "function"
+
+/**
+ * The hook as an Effect: interrupting it fires the signal given to a function hook. A defect (an
+ * exception thrown inside an Effect hook) is a failure like any other: one hook's bug must not
+ * skip the hooks after it, nor the shutdown.
+ */
+export const toEffect = <R>(hook: Hook<R>): Effect.Effect<void, unknown, R> =>
+  Effect.isEffect(hook)
+    ? Effect.asVoid(hook).pipe(Effect.catchAllDefect(Effect.fail))
+    : Effect.tryPromise({ try: async (signal) => void (await hook(signal)), catch: (e) => e })

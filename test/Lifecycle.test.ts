@@ -1,0 +1,1033 @@
+import { describe, expect, it } from "@effect/vitest"
+import {
+  Clock,
+  ConfigProvider,
+  Deferred,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  Option,
+  Schema,
+  Stream,
+  SubscriptionRef,
+  TestClock,
+} from "effect"
+import * as Lifecycle from "../src/Lifecycle.ts"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as Process from "../src/Process.ts"
+import type { WireMessage } from "../src/Protocol.ts"
+import * as Settings from "../src/Settings.ts"
+import { type ConnectionStatus, Transport } from "../src/Transport.ts"
+import * as Worker from "../src/Worker.ts"
+import { FatalError, RetryableError, TransportError } from "../src/WorkerError.ts"
+import { captureLogs, waitUntil } from "./support/logs.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Workers
+
+const Seconds = Schema.Struct({ seconds: Schema.Number })
+const Slept = Schema.Struct({ slept: Schema.Number })
+
+interface Seen {
+  /** Tasks whose handler started, in order. */
+  readonly entered: Array<string>
+  /** Tasks whose handler was interrupted, in order. */
+  readonly interrupted: Array<string>
+  /** What happened, in order, across handlers and hooks. */
+  readonly events: Array<string>
+}
+
+const newSeen = (): Seen => ({ entered: [], interrupted: [], events: [] })
+
+/** Tasks sleep for as long as their input says. */
+const sleeper = (
+  seen: Seen,
+  hooks: Pick<Worker.WorkerDefinition<any, any, any, never>, "onStartup" | "onShutdown"> = {},
+) =>
+  Worker.make({
+    name: "sleeper",
+    input: Seconds,
+    output: Slept,
+    timeout: "5 minutes",
+    concurrency: 4,
+    handler: ({ seconds }, ctx) =>
+      Effect.sync(() => {
+        seen.entered.push(ctx.taskId)
+        seen.events.push(`handler ${ctx.taskId}`)
+      }).pipe(
+        Effect.zipRight(Effect.sleep(Duration.seconds(seconds))),
+        Effect.as({ slept: seconds }),
+        Effect.onInterrupt(() => Effect.sync(() => seen.interrupted.push(ctx.taskId))),
+      ),
+    ...hooks,
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+
+const decoder = new TextDecoder()
+
+const envelope = (taskId: string, seconds: number) =>
+  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
+
+/** The environment the settings are read from: only these variables. */
+const environment = (vars: Record<string, string> = {}) =>
+  ConfigProvider.fromMap(new Map(Object.entries(vars)))
+
+/** A transport on `broker`, configured by the worker's settings, as `options.transport`. */
+const memoryTransport = (
+  broker: MemoryBroker.MemoryBroker["Type"],
+): Layer.Layer<Transport, never, Settings.Settings> =>
+  Layer.scoped(
+    Transport,
+    Effect.flatMap(Settings.Settings, (s) =>
+      broker.transport({ inQueue: s.inQueue, outQueue: s.outQueue, capacity: s.concurrency })),
+  )
+
+interface LaunchOptions {
+  readonly settings?: Settings.SettingsOverrides
+  readonly env?: Record<string, string>
+  /** The transport; by default one on the test's MemoryBroker. */
+  readonly transport?: (
+    broker: MemoryBroker.MemoryBroker["Type"],
+  ) => Layer.Layer<Transport, TransportError, Settings.Settings>
+  readonly stdinLines?: Stream.Stream<string>
+}
+
+/**
+ * Runs `worker` as a process (signals, output and environment simulated) on a MemoryBroker,
+ * with a 10 s shutdown grace unless told otherwise.
+ */
+const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOptions = {}) =>
+  Effect.gen(function* () {
+    const broker = yield* MemoryBroker.make({ reapInterval: "1 hour" })
+    const proc = yield* Process.makeTest({
+      ...(options.stdinLines ? { stdinLines: options.stdinLines } : {}),
+    })
+    const logs = captureLogs()
+    const inQueue = `${worker.name}_queue_in`
+    const outQueue = `${worker.name}_queue_out`
+    const run = yield* Lifecycle.run(worker, {
+      settings: { shutdownGrace: "10 seconds", ...options.settings },
+      transport: (options.transport ?? memoryTransport)(broker),
+    }).pipe(
+      Effect.provideService(Process.Process, proc.process),
+      Effect.withConfigProvider(environment(options.env)),
+      Effect.provide(logs.layer),
+      Effect.fork,
+    )
+    const submit = (taskId: string, seconds: number) =>
+      broker.publish(inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
+    /** The message types published for a task. */
+    const published = (taskId: string) =>
+      Effect.map(broker.published(outQueue), (messages) =>
+        messages
+          .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
+          .filter((m) => m.task_id === taskId)
+          .map((m) => m.data.message_type))
+    const started = waitUntil(
+      () => logs.lines.some((l) => l.message.includes("started in")),
+      "the worker has started",
+    )
+    return {
+      broker,
+      proc,
+      logs,
+      run,
+      submit,
+      published,
+      started,
+      ready: broker.ready(inQueue),
+      unacked: broker.unacked(inQueue),
+    }
+  })
+
+const errors = (logs: ReturnType<typeof captureLogs>) =>
+  logs.lines.filter((l) => l.level === "ERROR").map((l) => l.message)
+
+// ---------------------------------------------------------------------------------------------
+
+describe("Lifecycle", () => {
+  it("shutdownBound is max(grace, 5 s) + 17 s", () => {
+    const bound = (grace: Duration.DurationInput) =>
+      Duration.toMillis(Lifecycle.shutdownBound(Duration.decode(grace)))
+    expect(bound("25 seconds")).toBe(42_000)
+    expect(bound("10 seconds")).toBe(27_000)
+    expect(bound("5 seconds")).toBe(22_000)
+    expect(bound("1 second")).toBe(22_000)
+    expect(bound(0)).toBe(22_000)
+  })
+
+  describe("settings", () => {
+    it.scoped("invalid settings: exit 2 and one line on stderr listing every problem", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()), {
+          env: {
+            WORKER_CONCURRENCY: "many",
+            WORKER_MODE: "batch",
+            WORKER_JOB_MAX_TASKS: "0",
+            WORKER_SHUTDOWN_GRACE_S: "-1",
+          },
+          settings: { shutdownGrace: undefined },
+        })
+        expect(yield* Fiber.join(w.run)).toBe(2)
+        const err = yield* w.proc.err
+        expect(err).toHaveLength(1)
+        expect(err[0]).not.toContain("\n")
+        expect(err[0]!.startsWith("Invalid worker settings: ")).toBe(true)
+        for (
+          const key of [
+            "WORKER_CONCURRENCY",
+            "WORKER_MODE",
+            "WORKER_JOB_MAX_TASKS",
+            "WORKER_SHUTDOWN_GRACE_S",
+          ]
+        ) {
+          expect(err[0]).toContain(key)
+        }
+        expect(yield* w.proc.out).toEqual([])
+      }))
+
+    it.effect("amqp without BROKER_URL: exit 2, saying so", () =>
+      Effect.gen(function* () {
+        const proc = yield* Process.makeTest()
+        const code = yield* Lifecycle.run(sleeper(newSeen())).pipe(
+          Effect.provideService(Process.Process, proc.process),
+          Effect.withConfigProvider(environment({})),
+        )
+        expect(code).toBe(2)
+        const err = yield* proc.err
+        expect(err).toHaveLength(1)
+        expect(err[0]).toContain("BROKER_URL is not set")
+        expect(err[0]).not.toContain("\n")
+      }).pipe(Effect.scoped))
+
+    it.scoped("job mode runs one task at a time, whatever the concurrency", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const w = yield* launch(sleeper(seen), {
+          env: { WORKER_MODE: "job", WORKER_CONCURRENCY: "4", WORKER_JOB_MAX_TASKS: "2" },
+        })
+        yield* w.submit("t-1", 10)
+        yield* w.submit("t-2", 10)
+        yield* waitUntil(() => seen.entered.length === 1, "the first task runs")
+        // One in hand, the other still waiting in the queue: the prefetch is 1.
+        expect(yield* w.unacked).toBe(1)
+        expect(yield* w.ready).toBe(1)
+        yield* TestClock.adjust("10 seconds")
+        yield* waitUntil(() => seen.entered.length === 2, "the second task runs")
+        expect(seen.entered).toEqual(["t-1", "t-2"])
+        yield* TestClock.adjust("10 seconds")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+  })
+
+  describe("SIGTERM", () => {
+    it.scoped("with nothing in flight: exit 0 at once", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()))
+        yield* w.started
+        yield* w.proc.signal("SIGTERM")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(w.logs.lines.some((l) => l.message === "SIGTERM received: shutting down")).toBe(
+          true,
+        )
+      }))
+
+    it.scoped("SIGINT stops the worker the same way", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()))
+        yield* w.started
+        yield* w.proc.signal("SIGINT")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+
+    it.scoped("a task that finishes within the grace: its success published, acked, exit 0", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const w = yield* launch(sleeper(seen))
+        yield* w.started
+        yield* w.submit("t-1", 4)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("3999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(yield* w.published("t-1")).toEqual(["started", "success"])
+        expect(seen.interrupted).toEqual([])
+        expect(yield* w.unacked).toBe(0)
+        expect(yield* w.ready).toBe(0)
+        expect(w.logs.settled("t-1").map((l) => l.annotations.outcome)).toEqual(["success"])
+      }))
+
+    it.scoped("a task that does not finish within the grace is requeued, exit 0", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const w = yield* launch(sleeper(seen))
+        yield* w.started
+        yield* w.submit("t-slow", 60)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        expect(seen.interrupted).toEqual([])
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(seen.interrupted).toEqual(["t-slow"])
+        expect(yield* w.published("t-slow")).toEqual(["started"])
+        expect(w.logs.settled("t-slow").map((l) => l.annotations.outcome)).toEqual([
+          "shutdown_requeued",
+        ])
+        // Back in the queue for another worker.
+        expect(yield* w.ready).toBe(1)
+        expect(yield* w.unacked).toBe(0)
+      }))
+
+    it.scoped("a second signal skips the rest of the grace", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const w = yield* launch(sleeper(seen))
+        yield* w.started
+        yield* w.submit("t-slow", 60)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal("SIGTERM")
+        yield* TestClock.adjust("3 seconds")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* w.proc.signal("SIGINT")
+        // No more time passes: the second signal alone ends the grace.
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(seen.interrupted).toEqual(["t-slow"])
+        expect(yield* w.ready).toBe(1)
+        expect(
+          w.logs.lines.some((l) =>
+            l.level === "WARN" && l.message.startsWith("SIGINT received again")
+          ),
+        ).toBe(true)
+      }))
+  })
+
+  describe("the shutdown bound", () => {
+    it.scoped(
+      "a handler that refuses to be interrupted and a transport that never closes: exit 1 at the bound, not before",
+      () =>
+        Effect.gen(function* () {
+          // Effect.never, but released when the test ends so that nothing is left running.
+          const never = yield* Deferred.make<void>()
+          yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+          const entered: Array<string> = []
+          const stubborn = Worker.make({
+            name: "stubborn",
+            input: Seconds,
+            output: Slept,
+            timeout: "5 minutes",
+            handler: (_, ctx) =>
+              Effect.uninterruptible(
+                Effect.sync(() => entered.push(ctx.taskId)).pipe(
+                  Effect.zipRight(Deferred.await(never)),
+                  Effect.as({ slept: 0 }),
+                ),
+              ),
+          })
+          const w = yield* launch(stubborn, {
+            transport: (broker) =>
+              Layer.scoped(
+                Transport,
+                Effect.gen(function* () {
+                  const s = yield* Settings.Settings
+                  // Its connection never closes.
+                  yield* Effect.addFinalizer(() => Deferred.await(never))
+                  const inner = yield* broker.transport({
+                    inQueue: s.inQueue,
+                    outQueue: s.outQueue,
+                    capacity: s.concurrency,
+                  })
+                  return Transport.of({
+                    ...inner,
+                    stopIntake: Effect.uninterruptible(Deferred.await(never)),
+                  })
+                }),
+              ),
+          })
+          yield* w.started
+          yield* w.submit("t-stuck", 1)
+          yield* waitUntil(() => entered.length === 1, "the task runs")
+          yield* w.proc.signal()
+          // grace 10 s: the bound is 27 s after the signal.
+          yield* TestClock.adjust("26999 millis")
+          expect(yield* isDone(w.run)).toBe(false)
+          yield* TestClock.adjust("1 millis")
+          expect(yield* Fiber.join(w.run)).toBe(1)
+          expect(errors(w.logs).some((m) => m.includes("did not end within 27s"))).toBe(true)
+        }),
+    )
+
+    it.scoped("a connection that never closes: the hooks have run, exit 1 at the bound", () =>
+      Effect.gen(function* () {
+        const never = yield* Deferred.make<void>()
+        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const seen = newSeen()
+        const w = yield* launch(
+          sleeper(seen, { onShutdown: () => void seen.events.push("shutdown") }),
+          {
+            settings: { shutdownGrace: "2 seconds" },
+            transport: (broker) =>
+              Layer.scoped(
+                Transport,
+                Effect.gen(function* () {
+                  const s = yield* Settings.Settings
+                  yield* Effect.addFinalizer(() => Deferred.await(never))
+                  return yield* broker.transport({
+                    inQueue: s.inQueue,
+                    outQueue: s.outQueue,
+                    capacity: s.concurrency,
+                  })
+                }),
+              ),
+          },
+        )
+        yield* w.started
+        yield* w.submit("t-1", 1)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("1 second")
+        yield* waitUntil(() => seen.events.includes("shutdown"), "the shutdown hook runs")
+        expect(yield* w.published("t-1")).toEqual(["started", "success"])
+        // A grace under 5 s: the bound is 5 + 17 = 22 s.
+        yield* TestClock.adjust("20999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+
+    it.scoped("a handler that refuses to be interrupted, alone: exit 1 at the bound", () =>
+      Effect.gen(function* () {
+        const never = yield* Deferred.make<void>()
+        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const entered: Array<string> = []
+        const stubborn = Worker.make({
+          name: "stubborn",
+          input: Seconds,
+          output: Slept,
+          timeout: "5 minutes",
+          handler: (_, ctx) =>
+            Effect.uninterruptible(
+              Effect.sync(() => entered.push(ctx.taskId)).pipe(
+                Effect.zipRight(Deferred.await(never)),
+                Effect.as({ slept: 0 }),
+              ),
+            ),
+        })
+        const w = yield* launch(stubborn, { settings: { shutdownGrace: "30 seconds" } })
+        yield* w.started
+        yield* w.submit("t-stuck", 1)
+        yield* waitUntil(() => entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("46999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+
+    const ignoring = (release: { resolve?: () => void }) =>
+      Worker.make({
+        name: "ignoring",
+        input: Seconds,
+        output: Slept,
+        timeout: "5 minutes",
+        // Never looks at ctx.signal.
+        handler: () =>
+          new Promise<{ slept: number }>((resolve) => {
+            release.resolve = () => resolve({ slept: 0 })
+          }),
+      })
+
+    it.scoped(
+      "an async handler that ignores its AbortSignal: an ERROR line names its task, exit 1 at the bound",
+      () =>
+        Effect.gen(function* () {
+          const release: { resolve?: () => void } = {}
+          yield* Effect.addFinalizer(() => Effect.sync(() => release.resolve?.()))
+          const w = yield* launch(ignoring(release))
+          yield* w.started
+          yield* w.submit("t-deaf", 1)
+          yield* waitUntil(() => release.resolve !== undefined, "the handler runs")
+          yield* w.proc.signal()
+          yield* TestClock.adjust("10 seconds")
+          // The grace is over: the task is requeued, but its Promise is still pending.
+          yield* waitUntil(
+            () => w.logs.lines.some((l) => l.level === "ERROR" && l.message.includes("t-deaf")),
+            "the handler is reported",
+          )
+          const line = w.logs.lines.find((l) =>
+            l.level === "ERROR" && l.message.includes("t-deaf")
+          )!
+          expect(line.message).toContain("ignored its AbortSignal")
+          expect(line.annotations.task_id).toBe("t-deaf")
+          expect(w.logs.settled("t-deaf").map((l) => l.annotations.outcome)).toEqual([
+            "shutdown_requeued",
+          ])
+          expect(yield* w.ready).toBe(1)
+          yield* TestClock.adjust("16999 millis")
+          expect(yield* isDone(w.run)).toBe(false)
+          yield* TestClock.adjust("1 millis")
+          expect(yield* Fiber.join(w.run)).toBe(1)
+        }),
+    )
+
+    it.scoped("an async handler that settles late, but before the bound: exit 0", () =>
+      Effect.gen(function* () {
+        const release: { resolve?: () => void } = {}
+        const w = yield* launch(ignoring(release))
+        yield* w.started
+        yield* w.submit("t-late", 1)
+        yield* waitUntil(() => release.resolve !== undefined, "the handler runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("20 seconds")
+        yield* waitUntil(
+          () => w.logs.lines.some((l) => l.level === "ERROR" && l.message.includes("t-late")),
+          "the handler is reported",
+        )
+        expect(yield* isDone(w.run)).toBe(false)
+        release.resolve!()
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        // Requeued all the same: its result came after the task was given back.
+        expect(yield* w.published("t-late")).toEqual(["started"])
+      }))
+  })
+
+  describe("the transport", () => {
+    const failing = (reason: TransportError["reason"]) => () =>
+      Layer.effect(
+        Transport,
+        Effect.fail(new TransportError({ reason, message: `The broker said no (${reason}).` })),
+      )
+
+    it.scoped("refused credentials or a conflicting queue: exit 2, no restart mends it", () =>
+      Effect.gen(function* () {
+        for (const reason of ["access_refused", "precondition_failed"] as const) {
+          const w = yield* launch(sleeper(newSeen()), { transport: failing(reason) })
+          expect(yield* Fiber.join(w.run)).toBe(2)
+        }
+      }))
+
+    it.scoped("any other failure to start consuming: exit 1", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()), { transport: failing("consume") })
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+
+    it.scoped("a transport that dies while the worker runs: still a shutdown, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const broken = yield* Deferred.make<void>()
+        const worker = sleeper(seen, { onShutdown: () => void seen.events.push("shutdown") })
+        const w = yield* launch(worker, {
+          transport: () =>
+            Layer.succeed(
+              Transport,
+              Transport.of({
+                take: Effect.zipRight(Deferred.await(broken), Effect.dieMessage("a bug")),
+                publish: () => Effect.void,
+                setCapacity: () => Effect.void,
+                stopIntake: Effect.void,
+                status: Effect.runSync(SubscriptionRef.make<ConnectionStatus>("connected")),
+              }),
+            ),
+        })
+        yield* w.started
+        yield* Deferred.succeed(broken, undefined)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual(["shutdown"])
+      }))
+
+    it.scoped("a transport that fails while the worker runs: exit 1", () =>
+      Effect.gen(function* () {
+        const broken = yield* Deferred.make<void>()
+        const w = yield* launch(sleeper(newSeen()), {
+          transport: (broker) =>
+            Layer.scoped(
+              Transport,
+              Effect.gen(function* () {
+                const s = yield* Settings.Settings
+                const inner = yield* broker.transport({
+                  inQueue: s.inQueue,
+                  outQueue: s.outQueue,
+                  capacity: s.concurrency,
+                })
+                return Transport.of({
+                  ...inner,
+                  take: Effect.zipRight(
+                    Deferred.await(broken),
+                    Effect.fail(new TransportError({ reason: "closed", message: "Gone." })),
+                  ),
+                })
+              }),
+            ),
+        })
+        yield* w.started
+        yield* Deferred.succeed(broken, undefined)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+  })
+
+  describe("startup hooks", () => {
+    it.scoped("run in order before the first delivery is taken", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const gate = yield* Deferred.make<void>()
+        const worker = sleeper(seen, {
+          onStartup: [
+            Effect.sync(() => seen.events.push("startup 1")).pipe(
+              Effect.zipRight(Deferred.await(gate)),
+            ),
+            async () => {
+              await Promise.resolve()
+              seen.events.push("startup 2")
+            },
+          ],
+        })
+        const w = yield* launch(worker)
+        yield* w.submit("t-1", 1)
+        yield* waitUntil(() => seen.events.length === 1, "the first hook runs")
+        // The broker has not been consumed from yet.
+        expect(yield* w.ready).toBe(1)
+        expect(yield* w.unacked).toBe(0)
+        yield* Deferred.succeed(gate, undefined)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        expect(seen.events).toEqual(["startup 1", "startup 2", "handler t-1"])
+        yield* TestClock.adjust("1 second")
+        yield* w.proc.signal()
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+
+    it.scoped("a failing startup hook: exit 1, the later hooks and the worker never run", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const worker = sleeper(seen, {
+          onStartup: [
+            () => {
+              throw new Error("the database is down")
+            },
+            () => void seen.events.push("startup 2"),
+          ],
+          onShutdown: () => void seen.events.push("shutdown"),
+        })
+        const w = yield* launch(worker)
+        yield* w.submit("t-1", 1)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual([])
+        expect(yield* w.ready).toBe(1)
+        expect(errors(w.logs)).toEqual(["A startup hook failed: Error: the database is down"])
+      }))
+
+    it.scoped("an Effect startup hook that fails: exit 1", () =>
+      Effect.gen(function* () {
+        const worker = sleeper(newSeen(), {
+          onStartup: Effect.fail(new FatalError({ code: "NO_MODEL", message: "No model." })),
+        })
+        const w = yield* launch(worker)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+
+    it.scoped("a startup hook that dies (throws inside an Effect): exit 1", () =>
+      Effect.gen(function* () {
+        const worker = sleeper(newSeen(), {
+          onStartup: Effect.sync(() => {
+            throw new Error("a bug")
+          }),
+        })
+        const w = yield* launch(worker)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(errors(w.logs)).toEqual(["A startup hook failed: Error: a bug"])
+      }))
+
+    it.scoped(
+      "a signal during startup interrupts the hook (its AbortSignal fires), skips the shutdown hooks, exit 0",
+      () =>
+        Effect.gen(function* () {
+          const seen = newSeen()
+          let hookSignal: AbortSignal | undefined
+          const worker = sleeper(seen, {
+            // Waits forever, unless it is told to stop.
+            onStartup: (signal) =>
+              new Promise<void>((resolve) => {
+                hookSignal = signal
+                signal.addEventListener("abort", () => resolve())
+              }),
+            onShutdown: () => void seen.events.push("shutdown"),
+          })
+          const w = yield* launch(worker)
+          yield* w.submit("t-1", 1)
+          yield* waitUntil(() => hookSignal !== undefined, "the startup hook runs")
+          expect(hookSignal!.aborted).toBe(false)
+          yield* w.proc.signal()
+          expect(yield* Fiber.join(w.run)).toBe(0)
+          expect(hookSignal!.aborted).toBe(true)
+          expect(seen.events).toEqual([])
+          expect(seen.entered).toEqual([])
+          expect(yield* w.ready).toBe(1)
+        }),
+    )
+
+    it.scoped("a signal during an Effect startup hook interrupts it", () =>
+      Effect.gen(function* () {
+        let started = false
+        let interrupted = false
+        const worker = sleeper(newSeen(), {
+          onStartup: Effect.sync(() => (started = true)).pipe(
+            Effect.zipRight(Effect.never),
+            Effect.onInterrupt(() => Effect.sync(() => (interrupted = true))),
+          ),
+        })
+        const w = yield* launch(worker)
+        yield* waitUntil(() => started, "the startup hook runs")
+        yield* w.proc.signal()
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(interrupted).toBe(true)
+      }))
+  })
+
+  describe("shutdown hooks", () => {
+    it.scoped("run after the drain, in order, exit 0", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const outcomes: Array<ReadonlyArray<string>> = []
+        const launched: { w?: Effect.Effect.Success<ReturnType<typeof launch>> } = {}
+        const worker = sleeper(seen, {
+          onShutdown: [
+            Effect.gen(function* () {
+              outcomes.push(yield* launched.w!.published("t-1"))
+              seen.events.push("shutdown 1")
+            }),
+            async () => {
+              await Promise.resolve()
+              seen.events.push("shutdown 2")
+            },
+          ],
+        })
+        const w = yield* launch(worker)
+        launched.w = w
+        yield* w.started
+        yield* w.submit("t-1", 3)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* waitUntil(
+          () => w.logs.lines.some((l) => l.message.includes("SIGTERM")),
+          "the signal is received",
+        )
+        expect(seen.events).toEqual(["handler t-1"])
+        yield* TestClock.adjust("3 seconds")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(seen.events).toEqual(["handler t-1", "shutdown 1", "shutdown 2"])
+        // The first hook ran once the task had concluded.
+        expect(outcomes).toEqual([["started", "success"]])
+      }))
+
+    it.scoped("share one budget: a slow hook is cut when it is spent, the next still runs, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const at = (what: string) =>
+          Effect.flatMap(
+            Clock.currentTimeMillis,
+            (now) => Effect.sync(() => seen.events.push(`${what} at ${now}`)),
+          )
+        const worker = sleeper(seen, {
+          onShutdown: [
+            at("1 starts").pipe(
+              Effect.zipRight(Effect.sleep("3 seconds")),
+              Effect.zipRight(at("1 ends")),
+            ),
+            at("2 starts").pipe(
+              Effect.zipRight(Effect.sleep("1 hour")),
+              Effect.onInterrupt(() => at("2 is cut")),
+            ),
+            at("3 starts"),
+          ],
+        })
+        const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "5 seconds" } })
+        yield* w.started
+        yield* w.proc.signal()
+        yield* TestClock.adjust("4999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual([
+          "1 starts at 0",
+          "1 ends at 3000",
+          "2 starts at 3000",
+          "2 is cut at 5000",
+          "3 starts at 5000",
+        ])
+        expect(errors(w.logs)).toEqual([
+          "Shutdown hook 2 did not finish within the shutdown hooks' time (5s)",
+        ])
+      }))
+
+    it.scoped("a first hook that never ends is cut at the budget, the next one still runs, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        let hookSignal: AbortSignal | undefined
+        const worker = sleeper(seen, {
+          onShutdown: [
+            (signal) =>
+              new Promise<void>(() => {
+                hookSignal = signal
+              }),
+            () => void seen.events.push("shutdown 2"),
+          ],
+        })
+        const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "2 seconds" } })
+        yield* w.started
+        yield* w.proc.signal()
+        yield* waitUntil(() => hookSignal !== undefined, "the first hook runs")
+        yield* TestClock.adjust("1999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        expect(hookSignal!.aborted).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(hookSignal!.aborted).toBe(true)
+        expect(seen.events).toEqual(["shutdown 2"])
+      }))
+
+    it.scoped("a hook that refuses to be interrupted is left behind at the budget, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const never = yield* Deferred.make<void>()
+        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const worker = sleeper(seen, {
+          onShutdown: [
+            Effect.uninterruptible(Deferred.await(never)),
+            () => void seen.events.push("shutdown 2"),
+          ],
+        })
+        const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "5 seconds" } })
+        yield* w.started
+        yield* w.proc.signal()
+        yield* TestClock.adjust("4999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        // Not at the shutdown bound (27 s): the next hook ran when the budget was spent.
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual(["shutdown 2"])
+      }))
+
+    it.scoped("a hook that dies: the next still runs, the worker is closed, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const worker = sleeper(seen, {
+          onShutdown: [
+            Effect.sync(() => {
+              throw new Error("a bug")
+            }),
+            () => void seen.events.push("shutdown 2"),
+          ],
+        })
+        const w = yield* launch(worker)
+        yield* w.started
+        yield* w.submit("t-1", 1)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* w.proc.signal()
+        yield* TestClock.adjust("1 second")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual(["handler t-1", "shutdown 2"])
+        expect(errors(w.logs)).toEqual(["Shutdown hook 1 failed: Error: a bug"])
+        expect(yield* w.published("t-1")).toEqual(["started", "success"])
+      }))
+
+    it.scoped("a failing hook: the next still runs, exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const worker = sleeper(seen, {
+          onShutdown: [
+            () => Promise.reject(new Error("flush failed")),
+            () => void seen.events.push("shutdown 2"),
+          ],
+        })
+        const w = yield* launch(worker)
+        yield* w.started
+        yield* w.proc.signal()
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.events).toEqual(["shutdown 2"])
+        expect(errors(w.logs)).toEqual(["Shutdown hook 1 failed: Error: flush failed"])
+      }))
+  })
+
+  describe("job mode", () => {
+    const job = (env: Record<string, string> = {}) => ({
+      env: { WORKER_MODE: "job", ...env },
+    })
+
+    it.scoped(
+      "stops intake after WORKER_JOB_MAX_TASKS deliveries (a poison message counts), finishes them, exit 0",
+      () =>
+        Effect.gen(function* () {
+          const seen = newSeen()
+          const w = yield* launch(sleeper(seen), job({ WORKER_JOB_MAX_TASKS: "2" }))
+          yield* w.submit("t-1", 5)
+          yield* w.broker.publish("sleeper_queue_in", "not json").pipe(Effect.orDie)
+          yield* w.submit("t-3", 5)
+          yield* w.submit("t-4", 5)
+          yield* waitUntil(() => seen.entered.length === 1, "the first task runs")
+          yield* TestClock.adjust("5 seconds")
+          expect(yield* Fiber.join(w.run)).toBe(0)
+          expect(seen.entered).toEqual(["t-1"])
+          expect(yield* w.published("t-1")).toEqual(["started", "success"])
+          expect(w.logs.lines.filter((l) => l.annotations.outcome === "poison")).toHaveLength(1)
+          // The rest stay queued for the next job.
+          expect(yield* w.ready).toBe(2)
+          expect(yield* w.unacked).toBe(0)
+        }),
+    )
+
+    it.scoped("exits 0 after WORKER_JOB_IDLE_TIMEOUT_S with nothing in hand", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()), job({ WORKER_JOB_IDLE_TIMEOUT_S: "10" }))
+        yield* w.started
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+
+    it.scoped("is not idle while a task runs: the idle time counts from its end", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        const w = yield* launch(
+          sleeper(seen),
+          job({ WORKER_JOB_IDLE_TIMEOUT_S: "10", WORKER_JOB_MAX_TASKS: "5" }),
+        )
+        yield* w.started
+        yield* w.submit("t-long", 20)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* TestClock.adjust("20 seconds")
+        yield* waitUntil(
+          () => Effect.map(w.published("t-long"), (types) => types.includes("success")),
+          "the task concludes",
+        )
+        // Idle since 20 s: not done before 30 s.
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("251 millis")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+
+    /** A transport that is never (or not for long) connected; intake ends when it is stopped. */
+    const unreachable = (status: SubscriptionRef.SubscriptionRef<ConnectionStatus>) =>
+      Layer.effect(
+        Transport,
+        Effect.gen(function* () {
+          const stopped = yield* Deferred.make<void>()
+          return Transport.of({
+            take: Effect.as(Deferred.await(stopped), Option.none()),
+            publish: () => Effect.never,
+            setCapacity: () => Effect.void,
+            stopIntake: Deferred.succeed(stopped, undefined),
+            status,
+          })
+        }),
+      )
+
+    it.scoped("a broker never reached: exit 1 after WORKER_JOB_CONNECT_TIMEOUT_S", () =>
+      Effect.gen(function* () {
+        const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+        const w = yield* launch(sleeper(newSeen()), {
+          ...job({ WORKER_JOB_CONNECT_TIMEOUT_S: "10" }),
+          transport: () => unreachable(status),
+        })
+        yield* w.started
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(errors(w.logs)).toEqual(["The broker stayed unreachable for 10s: giving up"])
+      }))
+
+    it.scoped("a connection within the timeout resets it", () =>
+      Effect.gen(function* () {
+        const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+        const w = yield* launch(sleeper(newSeen()), {
+          ...job({ WORKER_JOB_CONNECT_TIMEOUT_S: "10", WORKER_JOB_IDLE_TIMEOUT_S: "600" }),
+          transport: () => unreachable(status),
+        })
+        yield* w.started
+        yield* TestClock.adjust("6 seconds")
+        yield* SubscriptionRef.set(status, "connected")
+        yield* TestClock.adjust("2 seconds")
+        yield* SubscriptionRef.set(status, "disconnected")
+        // Out of reach again since 8 s: the timeout counts from there.
+        yield* TestClock.adjust("9999 millis")
+        expect(yield* isDone(w.run)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* Fiber.join(w.run)).toBe(1)
+      }))
+
+    it.scoped("a task that fails still ends the job with exit 0", () =>
+      Effect.gen(function* () {
+        const failing = Worker.make({
+          name: "failing",
+          input: Seconds,
+          output: Slept,
+          timeout: "1 minute",
+          handler: () => Effect.fail(new FatalError({ code: "NOPE", message: "No." })),
+        })
+        const w = yield* launch(failing, job())
+        yield* w.submit("t-1", 0)
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(yield* w.published("t-1")).toEqual(["started", "failure"])
+        expect(yield* w.ready).toBe(0)
+      }))
+
+    it.scoped("a task requeued for a retry still ends the job with exit 0", () =>
+      Effect.gen(function* () {
+        const retrying = Worker.make({
+          name: "retrying",
+          input: Seconds,
+          output: Slept,
+          timeout: "1 minute",
+          handler: () => Effect.fail(new RetryableError({ code: "LATER", message: "Later." })),
+        })
+        const w = yield* launch(retrying, {
+          ...job(),
+          settings: { retryBackoffBase: 0, retryBackoffMax: 0 },
+        })
+        yield* w.submit("t-1", 0)
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        expect(w.logs.settled("t-1").map((l) => l.annotations.outcome)).toEqual(["retry"])
+        expect(yield* w.ready).toBe(1)
+      }))
+  })
+
+  describe("the embedded broker (WORKER_TRANSPORT=memory)", () => {
+    it.scoped("runs each line of standard input as a task, prints what is published, exit 0", () =>
+      Effect.gen(function* () {
+        const proc = yield* Process.makeTest({
+          stdinLines: Stream.make(
+            '{"seconds":0}',
+            "",
+            '{"task_id":"t-2","data":{"body":{"seconds":0}}}',
+          ),
+        })
+        const run = yield* Lifecycle.run(sleeper(newSeen()), { settings: { transport: "memory" } })
+          .pipe(
+            Effect.provideService(Process.Process, proc.process),
+            Effect.withConfigProvider(environment({})),
+            Effect.fork,
+          )
+        for (let i = 0; i < 50 && !(yield* isDone(run)); i++) {
+          yield* TestClock.adjust("20 millis")
+        }
+        expect(yield* Fiber.join(run)).toBe(0)
+        const out = (yield* proc.out).map((line) => JSON.parse(line) as WireMessage)
+        expect(out.map((m) => `${m.task_id} ${m.data.message_type}`)).toEqual([
+          "local-1 started",
+          "local-1 success",
+          "t-2 started",
+          "t-2 success",
+        ])
+      }))
+  })
+})

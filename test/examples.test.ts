@@ -1,0 +1,96 @@
+/**
+ * The deployment examples are parsed and checked against the SDK itself: the settings they set
+ * validate, and each pod's grace period covers the worker's bounded shutdown.
+ */
+import { readFileSync } from "node:fs"
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect, Exit } from "effect"
+import { parseAllDocuments } from "yaml"
+import { shutdownBound } from "../src/Lifecycle.ts"
+import * as Settings from "../src/Settings.ts"
+
+const deploy = new URL("../examples/deploy/", import.meta.url)
+const read = (path: string) => readFileSync(new URL(path, deploy), "utf8")
+
+const documents = (path: string): Array<any> =>
+  parseAllDocuments(read(path)).map((doc) => {
+    expect(doc.errors).toEqual([])
+    return doc.toJS()
+  })
+
+interface EnvVar {
+  readonly name: string
+  readonly value?: string
+  readonly valueFrom?: unknown
+}
+
+const literalEnv = (container: { env: Array<EnvVar> }): Map<string, string> =>
+  new Map(
+    container.env.flatMap((e) => (e.value === undefined ? [] : [[e.name, e.value] as const])),
+  )
+
+const settingsOf = (env: Map<string, string>) =>
+  Settings.make(
+    { name: "count-words", timeout: Duration.seconds(30) },
+    { brokerUrl: "amqp://user:secret@rabbitmq:5672/" },
+  ).pipe(Effect.withConfigProvider(ConfigProvider.fromMap(env)))
+
+const checkPod = (pod: any) =>
+  Effect.gen(function* () {
+    const [container] = pod.containers
+    const brokerUrl = container.env.find((e: EnvVar) => e.name === "BROKER_URL")
+    expect(brokerUrl.value).toBeUndefined()
+    expect(brokerUrl.valueFrom.secretKeyRef).toBeDefined()
+    const settings = yield* settingsOf(literalEnv(container))
+    const bound = Duration.toSeconds(shutdownBound(settings.shutdownGrace))
+    expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(bound)
+    expect(container.ports).toContainEqual({ name: "probes", containerPort: 8083 })
+    return settings
+  })
+
+describe("examples/deploy", () => {
+  it.effect("the Deployment's settings validate and its grace period covers the shutdown", () =>
+    Effect.gen(function* () {
+      const [deployment] = documents("kubernetes/deployment.yaml")
+      expect(deployment.kind).toBe("Deployment")
+      const pod = deployment.spec.template.spec
+      const settings = yield* checkPod(pod)
+      expect(settings.mode).toBe("service")
+      const [container] = pod.containers
+      expect(container.livenessProbe.httpGet).toEqual({ path: "/health", port: "probes" })
+      expect(container.readinessProbe.httpGet).toEqual({ path: "/ready", port: "probes" })
+    }))
+
+  it.effect("the ScaledJob runs job mode on the worker's input queue", () =>
+    Effect.gen(function* () {
+      const [scaledJob, auth] = documents("kubernetes/scaledjob.yaml")
+      expect(scaledJob.kind).toBe("ScaledJob")
+      const pod = scaledJob.spec.jobTargetRef.template.spec
+      expect(pod.restartPolicy).toBe("Never")
+      const settings = yield* checkPod(pod)
+      expect(settings.mode).toBe("job")
+      expect(settings.concurrency).toBe(1)
+      const [trigger] = scaledJob.spec.triggers
+      expect(trigger.type).toBe("rabbitmq")
+      expect(trigger.metadata.queueName).toBe(settings.inQueue)
+      expect(trigger.authenticationRef.name).toBe(auth.metadata.name)
+    }))
+
+  it("an invalid setting in a manifest would be caught", () => {
+    const exit = Effect.runSyncExit(settingsOf(new Map([["WORKER_MODE", "batch"]])))
+    expect(Exit.isFailure(exit)).toBe(true)
+  })
+
+  it.each([
+    ["Dockerfile.deno", "worker.ts"],
+    ["Dockerfile.node", "worker.mjs"],
+  ])("%s starts %s in exec form, so that the runtime receives SIGTERM", (file, script) => {
+    const entrypoint = read(file).split("\n").find((line) => line.startsWith("ENTRYPOINT "))
+    expect(entrypoint).toBeDefined()
+    const argv: Array<string> = JSON.parse(entrypoint!.slice("ENTRYPOINT ".length))
+    expect(["deno", "node"]).toContain(argv[0])
+    expect(argv.some((arg) => arg.endsWith(script))).toBe(true)
+    expect(read(file)).toContain(`COPY ${script} .`)
+    expect(read(script).length).toBeGreaterThan(0)
+  })
+})

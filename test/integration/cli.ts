@@ -1,0 +1,640 @@
+/**
+ * The `async-task-worker` CLI as a real process on the real RabbitMQ (issue 4): signals, the
+ * bounded drain, exit codes and job mode. `cliSuite` defines the cases for one runtime; the
+ * files `cli.node.test.ts` and `cli.deno.test.ts` call it, so that vitest runs the two runtimes
+ * in parallel. Workers are the fixtures in `test/fixtures/cli/`, which import the SDK from
+ * `WORKER_SDK` so that the CLI and the worker share one copy of it.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { existsSync, readdirSync, statSync } from "node:fs"
+import { createServer } from "node:net"
+import { dirname, join, resolve } from "node:path"
+import process from "node:process"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { afterAll, beforeAll, describe, it, type TestContext } from "vitest"
+import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
+const FIXTURES = join(ROOT, "test/fixtures/cli")
+const WORKERS = join(FIXTURES, "workers.mjs")
+
+export type Runtime = "node" | "deno"
+
+interface RuntimeSpec {
+  /** The executable and the arguments before `run <module>`. */
+  readonly command: string
+  readonly args: ReadonlyArray<string>
+  /** What the fixture imports as the SDK. */
+  readonly sdk: string
+}
+
+/**
+ * `node_modules/.bin/deno` is a Node script that runs the binary with `spawnSync` and does not
+ * forward signals: a SIGTERM would end the wrapper and orphan Deno. The binary it runs is used.
+ */
+const denoBinary = (): string => {
+  const candidates = [
+    join(ROOT, "node_modules/deno/deno"),
+    join(ROOT, `node_modules/@deno/${process.platform}-${process.arch}-glibc/deno`),
+    join(ROOT, "node_modules/@deno/linux-x64-glibc/deno"),
+  ]
+  const found = candidates.find((path) => existsSync(path))
+  if (found === undefined) {
+    throw new Error(
+      `The Deno binary is missing (looked for ${candidates.join(", ")}): run npm install`,
+    )
+  }
+  return found
+}
+
+const newest = (dir: string): { readonly path: string; readonly mtime: number } => {
+  let best = { path: dir, mtime: 0 }
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    const candidate = entry.isDirectory() ? newest(path) : { path, mtime: statSync(path).mtimeMs }
+    if (candidate.mtime > best.mtime) best = candidate
+  }
+  return best
+}
+
+/** The Node CLI is the build in `dist/`: fail clearly when it is missing or older than `src/`. */
+const checkBuild = (): void => {
+  const cli = join(ROOT, "dist/cli.js")
+  if (!existsSync(cli) || !existsSync(join(ROOT, "dist/index.js"))) {
+    throw new Error(
+      "dist/cli.js is missing: build first with `npm run build` (npx tsc -p tsconfig.build.json); " +
+        "`npm test` builds before it runs the tests",
+    )
+  }
+  const source = newest(join(ROOT, "src"))
+  if (source.mtime > statSync(cli).mtimeMs) {
+    throw new Error(
+      `dist/ is older than ${source.path}: rebuild with \`npm run build\` ` +
+        "(npx tsc -p tsconfig.build.json) so that the Node CLI runs the current sources",
+    )
+  }
+}
+
+const runtimeSpec = (runtime: Runtime): RuntimeSpec =>
+  runtime === "node"
+    ? {
+      command: process.execPath.includes("deno") ? "node" : process.execPath,
+      args: [join(ROOT, "dist/cli.js")],
+      sdk: pathToFileURL(join(ROOT, "dist/index.js")).href,
+    }
+    : {
+      command: denoBinary(),
+      args: ["run", "-A", join(ROOT, "cli.ts")],
+      sdk: pathToFileURL(join(ROOT, "src/index.ts")).href,
+    }
+
+interface Exited {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  /** `Date.now()` when the process ended. */
+  readonly at: number
+}
+
+/** A CLI process: what it printed so far, its end, and ways to wait on either. */
+interface CliProcess {
+  readonly child: ChildProcess
+  readonly stdout: () => string
+  readonly stderr: () => string
+  readonly exited: Promise<Exited>
+  /** Whether it has not ended yet. */
+  readonly running: () => boolean
+  /** Sends `signal`; returns `Date.now()` at the moment it was sent. */
+  readonly kill: (signal?: NodeJS.Signals) => number
+  /** Waits until `pattern` is in standard output or error, within `ms`. */
+  readonly waitFor: (pattern: string | RegExp, ms?: number) => Promise<void>
+  /** Waits for the end, within `ms`: fails (and kills the process) past it. */
+  readonly waitExit: (ms: number) => Promise<Exited>
+}
+
+const live = new Set<ChildProcess>()
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/** A port on 127.0.0.1 where nothing listens (bound, then released). */
+const deadPort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resolve(port))
+    })
+  })
+
+/** Only what the runtimes need from the test's environment: no BROKER_URL, no WORKER_*. */
+const baseEnv = (): Record<string, string> => {
+  const env: Record<string, string> = { NO_COLOR: "1" }
+  for (const key of ["PATH", "HOME", "TMPDIR", "LANG", "DENO_DIR", "XDG_CACHE_HOME"]) {
+    const value = process.env[key]
+    if (value !== undefined) env[key] = value
+  }
+  return env
+}
+
+const start = (
+  runtime: Runtime,
+  target: string,
+  env: Record<string, string>,
+): CliProcess => {
+  const spec = runtimeSpec(runtime)
+  const child = spawn(spec.command, [...spec.args, "run", target], {
+    cwd: ROOT,
+    env: { ...baseEnv(), WORKER_SDK: spec.sdk, HOSTNAME: "cli-test-host", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  })
+  live.add(child)
+  let stdout = ""
+  let stderr = ""
+  const listeners = new Set<() => void>()
+  const changed = () => listeners.forEach((f) => f())
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk
+    changed()
+  })
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    stderr += chunk
+    changed()
+  })
+  const exited = new Promise<Exited>((resolve, reject) => {
+    child.once("error", reject)
+    // `close`, not `exit`: the output has been read to its end.
+    child.once("close", (code, signal) => {
+      live.delete(child)
+      resolve({ code, signal, at: Date.now() })
+      changed()
+    })
+  })
+  exited.catch(() => undefined)
+  const output = () =>
+    `\n--- stdout ---\n${stdout.slice(-4000)}\n--- stderr ---\n${stderr.slice(-4000)}`
+  const waitFor = (pattern: string | RegExp, ms = 30_000) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        const text = stdout + stderr
+        if (typeof pattern === "string" ? text.includes(pattern) : pattern.test(text)) {
+          done()
+          resolve()
+        } else if (!live.has(child)) {
+          done()
+          reject(new Error(`the worker ended before printing ${String(pattern)}${output()}`))
+        }
+      }
+      const timer = setTimeout(() => {
+        done()
+        reject(new Error(`the worker did not print ${String(pattern)} within ${ms} ms${output()}`))
+      }, ms)
+      const done = () => {
+        clearTimeout(timer)
+        listeners.delete(check)
+      }
+      listeners.add(check)
+      check()
+    })
+  const waitExit = async (ms: number) => {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        child.kill("SIGKILL")
+        reject(new Error(`the worker did not exit within ${ms} ms${output()}`))
+      }, ms)
+    })
+    try {
+      return await Promise.race([exited, late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+  return {
+    child,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    exited,
+    running: () => live.has(child),
+    kill: (signal = "SIGTERM") => {
+      const at = Date.now()
+      // `process.kill`, not `child.kill`: under Deno (the suite run by vitest on Deno), a child
+      // sent a signal with `child.kill` is reported ended by that signal, whatever its exit code.
+      if (live.has(child) && child.pid !== undefined) process.kill(child.pid, signal)
+      return at
+    },
+    waitFor,
+    waitExit,
+  }
+}
+
+/** One test's queues on the quorum vhost, declared as the worker declares them, and removed after. */
+const queues = async () => {
+  const broker = await platform(QUORUM_VHOST)
+  const name = uniqueName("cli")
+  const inQueue = `${name}_in`
+  const outQueue = `${name}_out`
+  // Durable with no arguments, as the worker declares them: the job cases publish before the
+  // worker starts, and reading a queue that does not exist yet would close the client's channel.
+  await broker.declare(inQueue, { durable: true })
+  await broker.declare(outQueue, { durable: true })
+  return {
+    broker,
+    inQueue,
+    outQueue,
+    env: {
+      BROKER_URL: urlFor(QUORUM_VHOST),
+      IN_QUEUE_NAME: inQueue,
+      OUT_QUEUE_NAME: outQueue,
+    } as Record<string, string>,
+    /**
+     * The input queue's ready messages once the broker has let go of the worker: no consumer
+     * left, then a moment for the broker to requeue what a closed channel held unacked.
+     */
+    settledCount: async () => {
+      const deadline = Date.now() + 10_000
+      while ((await broker.declare(inQueue, { durable: true })).consumerCount > 0) {
+        if (Date.now() > deadline) throw new Error(`${inQueue} still has a consumer after 10 s`)
+        await sleep(50)
+      }
+      await sleep(500)
+      return broker.count(inQueue)
+    },
+    publish: async (taskId: string, text: string) => {
+      broker.publish(inQueue, broker.envelope(taskId, { text }))
+      await broker.confirmed()
+    },
+    cleanup: async () => {
+      await broker.remove(inQueue, outQueue)
+      await broker.close()
+    },
+  }
+}
+
+type Queues = Awaited<ReturnType<typeof queues>>
+
+const typeOf = (text: string): string | undefined =>
+  (JSON.parse(text) as { data?: { message_type?: string } }).data?.message_type
+
+const STARTED = /Worker cli-fixture started in (service|job) mode/
+
+/** Stops `worker` if it still runs: SIGKILL, then its end, within 5 s. */
+const stop = async (worker: CliProcess): Promise<void> => {
+  if (!live.has(worker.child)) return
+  worker.child.kill("SIGKILL")
+  await Promise.race([worker.exited.catch(() => undefined), sleep(5_000)])
+}
+
+/**
+ * Defines every case for `runtime`. The cases run concurrently (most of their time is spent
+ * waiting on a process): each has its own queues and processes, released when it finishes.
+ */
+export const cliSuite = (runtime: Runtime): void => {
+  describe.concurrent(`async-task-worker on ${runtime}`, () => suite(runtime))
+}
+
+const suite = (runtime: Runtime): void => {
+  /** A test's means, cleaned up when it finishes, whether it passed or not. */
+  const using = ({ onTestFinished }: TestContext) => ({
+    run: (target: string, env: Record<string, string>): CliProcess => {
+      const worker = start(runtime, target.startsWith("/") ? target : `${WORKERS}:${target}`, env)
+      onTestFinished(() => stop(worker))
+      return worker
+    },
+    queues: async (): Promise<Queues> => {
+      const q = await queues()
+      onTestFinished(() => q.cleanup().catch(() => undefined))
+      return q
+    },
+  })
+
+  beforeAll(() => {
+    if (runtime === "node") checkBuild()
+    else denoBinary()
+    ensureVhosts()
+  }, 60_000)
+
+  afterAll(async () => {
+    for (const child of live) child.kill("SIGKILL")
+    const deadline = Date.now() + 5_000
+    while (live.size > 0 && Date.now() < deadline) await sleep(20)
+  })
+
+  describe("shutdown", () => {
+    it("exits 0 on SIGTERM while idle", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      const worker = run("quick", q.env)
+      await worker.waitFor(STARTED)
+      const sent = worker.kill("SIGTERM")
+      const exited = await worker.waitExit(15_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(10_000)
+      expect(worker.stdout()).toContain("SIGTERM received: shutting down")
+    }, 60_000)
+
+    it(
+      "lets a task in flight finish within the grace period: success published, message acked, exit 0",
+      async (ctx) => {
+        const { expect } = ctx
+        const { queues: withQueues, run } = using(ctx)
+        const q = await withQueues()
+        const worker = run("timed", {
+          ...q.env,
+          FIXTURE_TASK_MS: "3000",
+          WORKER_SHUTDOWN_GRACE_S: "20",
+        })
+        await worker.waitFor(STARTED)
+        await q.publish("t-finishes", "one two three")
+        const started = await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
+        expect(started.map((m) => m.text)).toEqual([
+          '{"task_id":"t-finishes","data":{"message_type":"started","hostname":"cli-test-host"}}',
+        ])
+        const sent = worker.kill("SIGTERM")
+        const exited = await worker.waitExit(30_000)
+        expect(exited.code, worker.stdout()).toBe(0)
+        // It waited for the task (3 s), not for the whole grace period (20 s).
+        expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(15_000)
+        expect((await q.broker.drain(q.outQueue)).map((m) => m.text)).toEqual([
+          '{"task_id":"t-finishes","data":{"message_type":"success","response":{"words":3}}}',
+        ])
+        expect(await q.settledCount()).toBe(0)
+        expect(worker.stdout()).toMatch(/outcome=success action=conclude.*task_id=t-finishes/)
+      },
+      60_000,
+    )
+
+    it("requeues a task that does not finish within the grace period and exits 0", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      const worker = run("timed", {
+        ...q.env,
+        FIXTURE_TASK_MS: "120000",
+        WORKER_SHUTDOWN_GRACE_S: "1",
+      })
+      await worker.waitFor(STARTED)
+      await q.publish("t-requeued", "never finishes")
+      await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
+      const sent = worker.kill("SIGTERM")
+      const exited = await worker.waitExit(30_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(15_000)
+      expect(worker.stdout()).toMatch(
+        /Delivery settled: outcome=shutdown_requeued action=nack-requeue.*task_id=t-requeued/,
+      )
+      // Nothing terminal was published, and the message is back on the input queue.
+      expect(await q.broker.drain(q.outQueue)).toEqual([])
+      expect(await q.settledCount()).toBe(1)
+    }, 60_000)
+
+    it("skips the rest of a long grace period on a second SIGTERM", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      const worker = run("timed", {
+        ...q.env,
+        FIXTURE_TASK_MS: "120000",
+        WORKER_SHUTDOWN_GRACE_S: "60",
+      })
+      await worker.waitFor(STARTED)
+      await q.publish("t-second-signal", "never finishes")
+      await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
+      const sent = worker.kill("SIGTERM")
+      await worker.waitFor("SIGTERM received: shutting down", 10_000)
+      await sleep(500)
+      worker.kill("SIGTERM")
+      const exited = await worker.waitExit(30_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      // Well before the 60 s grace period (and its 77 s bound).
+      expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(15_000)
+      expect(worker.stdout()).toContain("received again: skipping the rest of the grace period")
+      expect(worker.stdout()).toMatch(/outcome=shutdown_requeued.*task_id=t-second-signal/)
+      expect(await q.settledCount()).toBe(1)
+    }, 60_000)
+
+    it(
+      "exits 1 at the bound when an async handler ignores its AbortSignal, naming the task",
+      async (ctx) => {
+        const { expect } = ctx
+        const { queues: withQueues, run } = using(ctx)
+        const q = await withQueues()
+        const worker = run("stubborn", { ...q.env, WORKER_SHUTDOWN_GRACE_S: "0" })
+        await worker.waitFor(STARTED)
+        await q.publish("t-stubborn", "ignores the signal")
+        await worker.waitFor("FIXTURE stubborn t-stubborn")
+        const sent = worker.kill("SIGTERM")
+        // The bound is max(0, 5) + 17 = 22 s after the signal.
+        const exited = await worker.waitExit(40_000)
+        const elapsed = exited.at - sent
+        expect(exited.code, worker.stdout()).toBe(1)
+        expect(elapsed).toBeGreaterThanOrEqual(21_000)
+        expect(elapsed).toBeLessThanOrEqual(23_500)
+        expect(worker.stdout()).toContain(
+          "The handler of task t-stubborn ignored its AbortSignal and is still running",
+        )
+        expect(worker.stdout()).toContain("The shutdown did not end within 22s")
+        expect(await q.settledCount()).toBe(1)
+      },
+      60_000,
+    )
+  })
+
+  describe("startup", () => {
+    it("exits 0 on SIGTERM while a startup hook waits", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      const worker = run("hangingStartup", q.env)
+      await worker.waitFor("FIXTURE startup hook waiting")
+      const sent = worker.kill("SIGTERM")
+      const exited = await worker.waitExit(15_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(10_000)
+      expect(worker.stdout()).toContain("SIGTERM received: shutting down")
+      // It never got as far as consuming.
+      expect(worker.stdout()).not.toMatch(STARTED)
+    }, 60_000)
+
+    it(
+      "stays up until SIGTERM while a startup hook awaits a Promise that holds nothing, then exits 0",
+      async (ctx) => {
+        const { expect } = ctx
+        const { queues: withQueues, run } = using(ctx)
+        const q = await withQueues()
+        const worker = run("foreverStartup", q.env)
+        await worker.waitFor("FIXTURE startup hook waiting")
+        // Nothing keeps the event loop busy but the lifecycle itself: the process must not end
+        // on its own (with 0, having run no shutdown).
+        await sleep(1_000)
+        expect(worker.running(), `ended on its own${worker.stdout()}`).toBe(true)
+        const sent = worker.kill("SIGTERM")
+        const exited = await worker.waitExit(15_000)
+        expect(exited.code, worker.stdout()).toBe(0)
+        expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(10_000)
+        expect(worker.stdout()).toContain("SIGTERM received: shutting down")
+      },
+      60_000,
+    )
+
+    it("exits 0 on SIGTERM while the broker cannot be reached", async (ctx) => {
+      const { expect } = ctx
+      const { run } = using(ctx)
+      const port = await deadPort()
+      const worker = run("quick", {
+        BROKER_URL: `amqp://guest:guest@127.0.0.1:${port}/`,
+        IN_QUEUE_NAME: "cli-unreachable_in",
+        OUT_QUEUE_NAME: "cli-unreachable_out",
+      })
+      await worker.waitFor("Broker connection attempt failed")
+      const sent = worker.kill("SIGTERM")
+      const exited = await worker.waitExit(20_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      expect(exited.at - sent, "ms from the signal to the exit").toBeLessThan(15_000)
+    }, 60_000)
+  })
+
+  describe("configuration errors exit 2", () => {
+    /** Runs `target` to its end and expects exit 2; `oneLine` is its only line on stderr. */
+    const configError = async (
+      ctx: TestContext,
+      target: string,
+      env: Record<string, string>,
+    ) => {
+      const worker = using(ctx).run(target, env)
+      const exited = await worker.waitExit(30_000)
+      const output = worker.stdout() + worker.stderr()
+      ctx.expect(exited.code, output).toBe(2)
+      const lines = worker.stderr().split("\n").filter((l) => l.trim() !== "")
+      return { output, oneLine: () => (ctx.expect(lines, output).toHaveLength(1), lines[0]!) }
+    }
+    const env = () => {
+      const name = uniqueName("cli-config")
+      return {
+        BROKER_URL: urlFor(QUORUM_VHOST),
+        IN_QUEUE_NAME: `${name}_in`,
+        OUT_QUEUE_NAME: `${name}_out`,
+      }
+    }
+
+    it("invalid settings (WORKER_CONCURRENCY=abc): one line on stderr", async (ctx) => {
+      const { oneLine } = await configError(ctx, "quick", { ...env(), WORKER_CONCURRENCY: "abc" })
+      ctx.expect(oneLine()).toContain("WORKER_CONCURRENCY")
+    }, 60_000)
+
+    it("a module that cannot be found: one line on stderr", async (ctx) => {
+      const { oneLine } = await configError(ctx, join(FIXTURES, "does-not-exist.mjs"), env())
+      ctx.expect(oneLine()).toContain("does-not-exist.mjs")
+    }, 60_000)
+
+    it("an export that is missing: one line on stderr", async (ctx) => {
+      const { oneLine } = await configError(ctx, "nope", env())
+      ctx.expect(oneLine()).toContain('no export named "nope"')
+    }, 60_000)
+
+    it("a module whose Worker.make throws: one line on stderr", async (ctx) => {
+      const { oneLine } = await configError(ctx, join(FIXTURES, "broken.mjs"), env())
+      ctx.expect(oneLine()).toContain("The worker needs a name")
+    }, 60_000)
+
+    it("BROKER_URL not set: one line on stderr", async (ctx) => {
+      const { BROKER_URL: _, ...withoutUrl } = env()
+      const { oneLine } = await configError(ctx, "quick", withoutUrl)
+      ctx.expect(oneLine()).toContain("BROKER_URL is not set")
+    }, 60_000)
+
+    it("credentials the broker refuses, without printing the password", async (ctx) => {
+      const password = "wrong-cli-secret"
+      const { output } = await configError(ctx, "quick", {
+        ...env(),
+        BROKER_URL: urlFor(QUORUM_VHOST, password),
+      })
+      ctx.expect(output).toContain("The broker refused the credentials")
+      ctx.expect(output).not.toContain(password)
+    }, 60_000)
+  })
+
+  describe("job mode", () => {
+    it("takes WORKER_JOB_MAX_TASKS deliveries, leaves the rest queued, exits 0", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      for (const id of ["t-job-1", "t-job-2", "t-job-3"]) await q.publish(id, "a b")
+      const worker = run("quick", {
+        ...q.env,
+        WORKER_MODE: "job",
+        WORKER_JOB_MAX_TASKS: "2",
+        WORKER_JOB_IDLE_TIMEOUT_S: "30",
+      })
+      const exited = await worker.waitExit(30_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      const out = await q.broker.drain(q.outQueue)
+      expect(out.filter((m) => typeOf(m.text) === "success").map((m) => m.text)).toEqual([
+        '{"task_id":"t-job-1","data":{"message_type":"success","response":{"words":2}}}',
+        '{"task_id":"t-job-2","data":{"message_type":"success","response":{"words":2}}}',
+      ])
+      expect(await q.settledCount()).toBe(1)
+      expect(q.broker.envelope("t-job-3", { text: "a b" })).toBe(
+        (await q.broker.drain(q.inQueue))[0]?.text,
+      )
+    }, 60_000)
+
+    it("exits 0 when its task failed", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      await q.publish("t-job-failed", "   ")
+      const worker = run("quick", { ...q.env, WORKER_MODE: "job", WORKER_JOB_MAX_TASKS: "1" })
+      const exited = await worker.waitExit(30_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      const out = await q.broker.drain(q.outQueue)
+      expect(out.map((m) => m.text).at(-1)).toBe(
+        '{"task_id":"t-job-failed","data":{"message_type":"failure","error_message":{"code":"EMPTY_TEXT","message":"There is nothing to count."}}}',
+      )
+      expect(await q.settledCount()).toBe(0)
+    }, 60_000)
+
+    it("exits 0 once idle for WORKER_JOB_IDLE_TIMEOUT_S", async (ctx) => {
+      const { expect } = ctx
+      const { queues: withQueues, run } = using(ctx)
+      const q = await withQueues()
+      const worker = run("quick", {
+        ...q.env,
+        WORKER_MODE: "job",
+        WORKER_JOB_MAX_TASKS: "5",
+        WORKER_JOB_IDLE_TIMEOUT_S: "1",
+      })
+      await worker.waitFor(STARTED)
+      const since = Date.now()
+      const exited = await worker.waitExit(20_000)
+      expect(exited.code, worker.stdout()).toBe(0)
+      expect(exited.at - since, "ms from start to the exit").toBeLessThan(10_000)
+      expect(worker.stdout()).toContain("the job is done")
+    }, 60_000)
+
+    it(
+      "exits 1 when the broker stays unreachable for WORKER_JOB_CONNECT_TIMEOUT_S",
+      async (ctx) => {
+        const { expect } = ctx
+        const { run } = using(ctx)
+        const port = await deadPort()
+        const worker = run("quick", {
+          BROKER_URL: `amqp://guest:guest@127.0.0.1:${port}/`,
+          IN_QUEUE_NAME: "cli-unreachable_in",
+          OUT_QUEUE_NAME: "cli-unreachable_out",
+          WORKER_MODE: "job",
+          WORKER_JOB_CONNECT_TIMEOUT_S: "1",
+          WORKER_JOB_IDLE_TIMEOUT_S: "1",
+        })
+        await worker.waitFor(STARTED)
+        const since = Date.now()
+        const exited = await worker.waitExit(20_000)
+        expect(exited.code, worker.stdout()).toBe(1)
+        expect(exited.at - since, "ms from start to the exit").toBeLessThan(10_000)
+        expect(worker.stdout()).toContain("The broker stayed unreachable for 1s")
+      },
+      60_000,
+    )
+  })
+}
