@@ -206,6 +206,8 @@ export const make = <A, I, O, R>(
     const throttle = yield* ProgressThrottle
     const renewal = yield* LeaseRenewal
     const runtime = yield* Effect.runtime<never>()
+    const loggerFor = (info: TaskContext.TaskInfo) =>
+      TaskContext.makeLogger({ ...info, service: worker.name }, runtime)
     const timers = yield* Timers.make
     const clock = yield* Effect.clock
     // The handler's services, but not this engine's Scope: a handler that requires a Scope gets
@@ -405,6 +407,7 @@ export const make = <A, I, O, R>(
           inputRefs: envelope.inputRefs ?? [],
         },
         (fraction, payload) => TaskContext.awaitable(report(fraction, payload), runtime),
+        loggerFor,
       )
       let running = true
       let stoppedWith: Result | undefined
@@ -666,7 +669,7 @@ export const make = <A, I, O, R>(
      * A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it.
      * Uninterruptible but while it waits for a delivery (and where `process` restores).
      */
-    let failure: TransportError | undefined
+    let failure: Cause.Cause<TransportError> | undefined
     const spawn: Effect.Effect<void> = Effect.suspend(() => {
       const loop = Effect.uninterruptibleMask((restore) =>
         Effect.withFiberRuntime<void, TransportError>((fiber) => {
@@ -679,7 +682,11 @@ export const make = <A, I, O, R>(
             }
           }).pipe(
             // Kept: when the last pool fiber fails, `awaitEmpty` may win `run`'s race first.
-            Effect.tapError((error) => Effect.sync(() => void (failure ??= error))),
+            Effect.tapErrorCause((cause) =>
+              Effect.sync(() => {
+                if (!Cause.isInterruptedOnly(cause)) failure ??= cause
+              })
+            ),
             Effect.onExit(() => (slot.stopped && !closing ? spawn : Effect.void)),
           )
         })
@@ -708,7 +715,7 @@ export const make = <A, I, O, R>(
       run: Effect.gen(function* () {
         for (let i = 0; i < settings.concurrency; i++) yield* spawn
         yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
-        if (failure !== undefined) return yield* Effect.fail(failure)
+        if (failure !== undefined) return yield* Effect.failCause(failure)
       }),
       inFlight: Effect.sync(() => inFlight),
       awaitIdle: Effect.suspend(() =>

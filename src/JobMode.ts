@@ -25,8 +25,9 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
 }
 
 /**
- * The transport, stopping its intake once `maxTasks` deliveries have arrived. Every delivery
- * counts, poison and over-limit ones included: a job's budget is deliveries, not successes.
+ * The transport, stopping its intake (then running `onLimit`) once `maxTasks` deliveries have
+ * arrived. Every delivery counts, poison and over-limit ones included: a job's budget is
+ * deliveries, not successes.
  *
  * @since 0.1.0
  * @category combinators
@@ -34,6 +35,7 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
 export const limitIntake = (
   transport: Transport["Type"],
   maxTasks: number,
+  onLimit: Effect.Effect<void> = Effect.void,
 ): Transport["Type"] => {
   let taken = 0
   return Transport.of({
@@ -41,7 +43,9 @@ export const limitIntake = (
     take: Effect.flatMap(transport.take, (delivery): Effect.Effect<Option.Option<Delivery>> => {
       if (Option.isNone(delivery)) return Effect.succeed(delivery)
       taken += 1
-      return taken < maxTasks ? Effect.succeed(delivery) : Effect.as(transport.stopIntake, delivery)
+      return taken < maxTasks
+        ? Effect.succeed(delivery)
+        : Effect.as(Effect.zipRight(transport.stopIntake, onLimit), delivery)
     }),
   })
 }

@@ -16,6 +16,7 @@ import {
   Exit,
   Fiber,
   Layer,
+  Logger,
   Option,
   Queue,
   Schedule,
@@ -26,13 +27,17 @@ import {
 import * as AmqpTransport from "./AmqpTransport.ts"
 import * as Hooks from "./internal/hooks.ts"
 import * as JobMode from "./JobMode.ts"
+import { VERSION } from "./internal/version.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
+import * as Probes from "./Probes.ts"
+import * as Prometheus from "./Prometheus.ts"
+import * as RuntimeMetrics from "./RuntimeMetrics.ts"
 import { type ExitCode, Process } from "./Process.ts"
 import * as Settings from "./Settings.ts"
-import { Transport } from "./Transport.ts"
+import { type ConnectionStatus, Transport } from "./Transport.ts"
 import type * as Worker from "./Worker.ts"
 import * as WorkerModule from "./Worker.ts"
-import type { TransportError } from "./WorkerError.ts"
+import { ProbeError, type TransportError } from "./WorkerError.ts"
 
 /**
  * Where the process is in its life.
@@ -67,6 +72,8 @@ export const LifecycleState = Data.taggedEnum<LifecycleState>()
 export interface RunOptions {
   /** Settings given in code; they win over the environment. */
   readonly settings?: Settings.SettingsOverrides | undefined
+  /** The `/__version__` document (default `/app/version.json`). */
+  readonly versionFile?: string | undefined
   /** The transport; by default RabbitMQ at `BROKER_URL`, or the embedded broker (`WORKER_TRANSPORT=memory`). */
   readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
 }
@@ -123,27 +130,48 @@ const runShutdownHooks = <R>(
     return clean
   })
 
+/** A handler call still running. */
+interface Running {
+  readonly taskId: string
+  readonly startedAt: number
+  /** An `async` handler's Promise. */
+  readonly promise?: Promise<unknown>
+}
+
 /**
- * The worker with its `async` handlers watched: a handler whose Promise is still pending once
- * the drain has interrupted it ignored its `AbortSignal`.
+ * The worker with its handler calls watched, for `/health` and the shutdown: a handler still
+ * running long past its deadline has stopped answering to interruption, and an `async` handler
+ * whose Promise is still pending after the drain ignored its `AbortSignal`.
  */
-const watchAsyncHandlers = <A, I, O, R>(worker: Worker.Worker<A, I, O, R>) => {
-  const pending = new Map<Promise<unknown>, string>()
+const watchHandlers = <A, I, O, R>(worker: Worker.Worker<A, I, O, R>, clock: Clock.Clock) => {
+  const running = new Set<Running>()
   const watched: Worker.Worker<A, I, O, R> = {
     ...worker,
     handler: (input, ctx) => {
+      const startedAt = clock.unsafeCurrentTimeMillis()
       const result = worker.handler(input, ctx)
-      if (Effect.isEffect(result) || typeof (result as PromiseLike<O>)?.then !== "function") {
-        return result
+      if (Effect.isEffect(result)) {
+        const call: Running = { taskId: ctx.taskId, startedAt }
+        running.add(call)
+        return Effect.ensuring(result, Effect.sync(() => void running.delete(call)))
       }
+      if (typeof (result as PromiseLike<O>)?.then !== "function") return result
       const promise = Promise.resolve(result as PromiseLike<O>)
-      const settled = () => void pending.delete(promise)
-      pending.set(promise, ctx.taskId)
+      const call: Running = { taskId: ctx.taskId, startedAt, promise }
+      const settled = () => void running.delete(call)
+      running.add(call)
       promise.then(settled, settled)
       return promise
     },
   }
-  return { watched, pending }
+  /** The first call running past `limit` after its start, if any. */
+  const overrun = (limit: Duration.Duration): Option.Option<Running> => {
+    const since = clock.unsafeCurrentTimeMillis() - Duration.toMillis(limit)
+    for (const call of running) if (call.startedAt < since) return Option.some(call)
+    return Option.none()
+  }
+  const pending = () => [...running].filter((call) => call.promise !== undefined)
+  return { watched, overrun, pending }
 }
 
 /**
@@ -224,6 +252,7 @@ export const run = <A, I, O, R>(
   Effect.scoped(
     Effect.gen(function* () {
       const process = yield* Process
+      const context = yield* Effect.context<R>()
       const signals = yield* process.signals
       const read = yield* Effect.either(
         Settings.make(
@@ -246,133 +275,211 @@ export const run = <A, I, O, R>(
         )
         return 2
       }
-      const state = yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting())
-      const { watched, pending } = watchAsyncHandlers(worker)
-      const workerScope = yield* Scope.make()
-      let running: WorkerModule.RunningWorker | undefined
-      let startupDone = false
+      return yield* Effect.gen(function* () {
+        const state = yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting())
+        const handlers = watchHandlers(worker, yield* Effect.clock)
+        const workerScope = yield* Scope.make()
+        let running: WorkerModule.RunningWorker | undefined
+        let connection: SubscriptionRef.SubscriptionRef<ConnectionStatus> | undefined
+        let startupDone = false
 
-      const main: Effect.Effect<ExitCode, never, R | Process> = Effect.gen(function* () {
-        for (const hook of worker.onStartup) {
-          yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupFailed({ cause })))
-        }
-        startupDone = true
-        const context = yield* Layer.buildWithScope(
-          options.transport ?? layerTransport(settings),
-          workerScope,
-        ).pipe(Effect.provideService(Settings.Settings, settings))
-        const transport = Context.get(context, Transport)
-        const job = settings.mode === "job"
-        running = yield* WorkerModule.start(watched).pipe(
-          Scope.extend(workerScope),
-          Effect.provideService(
-            Transport,
-            job ? JobMode.limitIntake(transport, settings.jobMaxTasks) : transport,
+        yield* RuntimeMetrics.make()
+        // Up from the start to the end of the shutdown: its scope is `run`'s own.
+        const probes = yield* Effect.either(Probes.make({
+          host: settings.healthCheckHost,
+          port: settings.healthCheckPort,
+          health: Effect.sync(() =>
+            Option.map(
+              handlers.overrun(Duration.sum(settings.taskTimeout, settings.taskOverrunGrace)),
+              (call) => ({
+                code: "TASK_OVERRUN",
+                message: `The handler of task ${call.taskId} is still running ${
+                  Duration.format(settings.taskOverrunGrace)
+                } past its deadline`,
+              }),
+            )
           ),
-          Effect.provideService(Settings.Settings, settings),
-        )
-        yield* SubscriptionRef.set(state, LifecycleState.Running())
+          readiness: [
+            {
+              name: "broker",
+              check: Effect.suspend(() =>
+                connection === undefined
+                  ? Effect.fail(new ProbeError({ message: "not connected yet" }))
+                  : Effect.flatMap(SubscriptionRef.get(connection), (status) =>
+                    status === "connected" ? Effect.void : Effect.fail(
+                      new ProbeError({ message: `the broker connection is ${status}` }),
+                    ))
+              ),
+            },
+            {
+              name: "draining",
+              check: Effect.flatMap(SubscriptionRef.get(state), (s) =>
+                s._tag === "Draining" || s._tag === "Stopped"
+                  ? Effect.fail(new ProbeError({ message: "the worker is shutting down" }))
+                  : Effect.void),
+            },
+            ...Object.entries(worker.readiness).map(([name, probe]) => ({
+              name,
+              check: Effect.provide(Hooks.toEffect(probe), context),
+            })),
+          ],
+          probeTimeout: settings.probeTimeout,
+          // Process figures as of the scrape, not of the last periodic sample.
+          metrics: Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition),
+          sdkVersion: VERSION,
+          ...(options.versionFile === undefined ? {} : { versionFile: options.versionFile }),
+        }))
+        if (Either.isLeft(probes)) {
+          yield* process.writeErr(
+            `${probes.left.message}: set HEALTH_CHECK_HOST / HEALTH_CHECK_PORT`,
+          )
+          return 2
+        }
         yield* Effect.logInfo(
-          `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
+          `Probes on http://${settings.healthCheckHost}:${probes.right.port} (/health, /ready, /metrics)`,
         )
-        const done: Effect.Effect<void, TransportError | JobMode.BrokerUnreachable> = job
-          ? Effect.raceFirst(
-            Effect.raceFirst(
-              running.await,
-              JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
-                Effect.tap(() =>
-                  Effect.logInfo(
-                    `Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`,
+
+        const main: Effect.Effect<ExitCode, never, R | Process> = Effect.gen(function* () {
+          for (const hook of worker.onStartup) {
+            yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) =>
+              new StartupFailed({ cause })
+            ))
+          }
+          startupDone = true
+          const transportContext = yield* Layer.buildWithScope(
+            options.transport ?? layerTransport(settings),
+            workerScope,
+          ).pipe(Effect.provideService(Settings.Settings, settings))
+          const transport = Context.get(transportContext, Transport)
+          connection = transport.status
+          const job = settings.mode === "job"
+          running = yield* WorkerModule.start(handlers.watched).pipe(
+            Scope.extend(workerScope),
+            Effect.provideService(
+              Transport,
+              job
+                ? JobMode.limitIntake(
+                  transport,
+                  settings.jobMaxTasks,
+                  // Done taking: no longer ready, while the last tasks finish.
+                  SubscriptionRef.set(state, LifecycleState.Draining()),
+                )
+                : transport,
+            ),
+            Effect.provideService(Settings.Settings, settings),
+          )
+          yield* SubscriptionRef.set(state, LifecycleState.Running())
+          yield* Effect.logInfo(
+            `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
+          )
+          const done: Effect.Effect<void, TransportError | JobMode.BrokerUnreachable> = job
+            ? Effect.raceFirst(
+              Effect.raceFirst(
+                running.await,
+                JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
+                  Effect.tap(() =>
+                    Effect.logInfo(
+                      `Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`,
+                    )
+                  ),
+                ),
+              ),
+              JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
+            )
+            : running.await
+          yield* done
+          return 0 as const
+        }).pipe(
+          Effect.catchAll((error) => {
+            switch (error._tag) {
+              case "StartupFailed":
+                return Effect.as(
+                  Effect.logError(`A startup hook failed: ${describe(error.cause)}`),
+                  1 as const,
+                )
+              case "BrokerUnreachable":
+                return Effect.as(Effect.logError(error.message), 1 as const)
+              case "TransportError":
+                // The transport has logged it; refused credentials or a conflicting queue are
+                // configuration, which no restart mends.
+                return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
+            }
+          }),
+          // A defect (in the transport, the engine) is a failure of the process, not of `run`:
+          // the shutdown must still drain, run the hooks and close.
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
+          ),
+        )
+
+        const mainFiber = yield* Effect.fork(main)
+        const first = yield* Effect.raceFirst(
+          Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
+          Queue.take(signals).pipe(
+            Effect.tap((signal) =>
+              Effect.logInfo(`${signal} received: shutting down`)
+            ),
+            Effect.as(Option.none<ExitCode>()),
+          ),
+        )
+
+        const shutdown = Effect.gen(function* () {
+          if (running !== undefined) {
+            yield* SubscriptionRef.set(state, LifecycleState.Draining())
+            yield* running.drain({
+              skipGrace: Queue.take(signals).pipe(
+                Effect.tap((signal) =>
+                  Effect.logWarning(
+                    `${signal} received again: skipping the rest of the grace period`,
                   )
                 ),
               ),
-            ),
-            JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
-          )
-          : running.await
-        yield* done
-        return 0 as const
-      }).pipe(
-        Effect.catchAll((error) => {
-          switch (error._tag) {
-            case "StartupFailed":
-              return Effect.as(
-                Effect.logError(`A startup hook failed: ${describe(error.cause)}`),
+            })
+          }
+          // A signal during startup cancels the connection attempt and the startup hooks.
+          yield* Fiber.interrupt(mainFiber)
+          const hooksClean = startupDone
+            ? yield* runShutdownHooks(worker.onShutdown, settings.shutdownHooksTimeout)
+            : true
+          yield* Scope.close(workerScope, Exit.void)
+          const pending = handlers.pending()
+          if (pending.length > 0) {
+            for (const call of pending) {
+              yield* Effect.logError(
+                `The handler of task ${call.taskId} ignored its AbortSignal and is still running`,
+              ).pipe(Effect.annotateLogs({ task_id: call.taskId }))
+            }
+            yield* Effect.promise(() =>
+              Promise.allSettled(pending.map((call) => call.promise))
+            )
+          }
+          const code: ExitCode = Option.getOrElse(first, () => 0 as const)
+          return hooksClean ? code : (code === 0 ? 1 : code)
+        })
+
+        const bound = shutdownBound(settings.shutdownGrace)
+        // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
+        const code = yield* shutdown.pipe(
+          Effect.disconnect,
+          Effect.timeoutOption(bound),
+          Effect.flatMap(Option.match({
+            onSome: Effect.succeed,
+            onNone: () =>
+              Effect.as(
+                Effect.logError(
+                  `The shutdown did not end within ${Duration.format(bound)}: exiting`,
+                ),
                 1 as const,
-              )
-            case "BrokerUnreachable":
-              return Effect.as(Effect.logError(error.message), 1 as const)
-            case "TransportError":
-              // The transport has logged it; refused credentials or a conflicting queue are
-              // configuration, which no restart mends.
-              return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
-          }
-        }),
-        // A defect (in the transport, the engine) is a failure of the process, not of `run`:
-        // the shutdown must still drain, run the hooks and close.
-        Effect.catchAllCause((cause) =>
-          Cause.isInterruptedOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
-        ),
-      )
-
-      const mainFiber = yield* Effect.fork(main)
-      const first = yield* Effect.raceFirst(
-        Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
-        Queue.take(signals).pipe(
-          Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
-          Effect.as(Option.none<ExitCode>()),
-        ),
-      )
-
-      const shutdown = Effect.gen(function* () {
-        if (running !== undefined) {
-          yield* SubscriptionRef.set(state, LifecycleState.Draining())
-          yield* running.drain({
-            skipGrace: Queue.take(signals).pipe(
-              Effect.tap((signal) =>
-                Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
               ),
-            ),
-          })
-        }
-        // A signal during startup cancels the connection attempt and the startup hooks.
-        yield* Fiber.interrupt(mainFiber)
-        const hooksClean = startupDone
-          ? yield* runShutdownHooks(worker.onShutdown, settings.shutdownHooksTimeout)
-          : true
-        yield* Scope.close(workerScope, Exit.void)
-        if (pending.size > 0) {
-          for (const taskId of pending.values()) {
-            yield* Effect.logError(
-              `The handler of task ${taskId} ignored its AbortSignal and is still running`,
-            ).pipe(Effect.annotateLogs({ task_id: taskId }))
-          }
-          yield* Effect.promise(() => Promise.allSettled(pending.keys()))
-        }
-        const code: ExitCode = Option.getOrElse(first, () => 0 as const)
-        return hooksClean ? code : (code === 0 ? 1 : code)
-      })
-
-      const bound = shutdownBound(settings.shutdownGrace)
-      // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
-      const code = yield* shutdown.pipe(
-        Effect.disconnect,
-        Effect.timeoutOption(bound),
-        Effect.flatMap(Option.match({
-          onSome: Effect.succeed,
-          onNone: () =>
-            Effect.as(
-              Effect.logError(`The shutdown did not end within ${Duration.format(bound)}: exiting`),
-              1 as const,
-            ),
-        })),
-        Effect.catchAllCause((cause) =>
-          Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
-        ),
-      )
-      yield* SubscriptionRef.set(state, LifecycleState.Stopped({ exitCode: code }))
-      return code
+          })),
+          Effect.catchAllCause((cause) =>
+            Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
+          ),
+        )
+        yield* SubscriptionRef.set(state, LifecycleState.Stopped({ exitCode: code }))
+        return code
+      }).pipe(Logger.withMinimumLogLevel(settings.logLevel))
     }).pipe(Effect.annotateLogs({ service: worker.name })),
   )

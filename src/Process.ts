@@ -9,6 +9,7 @@ import process from "node:process"
 import { createInterface } from "node:readline"
 import type { Scope } from "effect"
 import { Context, Effect, Exit, Layer, PubSub, Queue, Ref, Stream } from "effect"
+import * as WorkerLogger from "./WorkerLogger.ts"
 
 /**
  * The signals that stop a worker.
@@ -52,46 +53,45 @@ export class Process extends Context.Tag("@async-task/worker/Process")<Process, 
 
 const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
 
+const processService = Process.of({
+  signals: Effect.acquireRelease(
+    Effect.gen(function* () {
+      const queue = yield* Queue.unbounded<Signal>()
+      const listeners = SIGNALS.map((signal) => {
+        const listener = () => Queue.unsafeOffer(queue, signal)
+        process.on(signal, listener)
+        return () => process.off(signal, listener)
+      })
+      return { queue, listeners }
+    }),
+    ({ listeners, queue }) =>
+      Effect.sync(() => listeners.forEach((off) => off())).pipe(
+        Effect.zipRight(Queue.shutdown(queue)),
+      ),
+  ).pipe(Effect.map(({ queue }) => queue)),
+  argv: process.argv.slice(2),
+  stdinLines: Stream.suspend(() =>
+    Stream.fromAsyncIterable(
+      createInterface({ input: process.stdin, crlfDelay: Infinity }),
+      () => undefined,
+    ).pipe(Stream.catchAll(() => Stream.empty))
+  ),
+  writeOut: (line) => Effect.sync(() => void process.stdout.write(`${line}\n`)),
+  writeErr: (line) => Effect.sync(() => void process.stderr.write(`${line}\n`)),
+  cwd: process.cwd(),
+})
+
 /**
  * The real process.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Process> = Layer.succeed(
-  Process,
-  Process.of({
-    signals: Effect.acquireRelease(
-      Effect.gen(function* () {
-        const queue = yield* Queue.unbounded<Signal>()
-        const listeners = SIGNALS.map((signal) => {
-          const listener = () => Queue.unsafeOffer(queue, signal)
-          process.on(signal, listener)
-          return () => process.off(signal, listener)
-        })
-        return { queue, listeners }
-      }),
-      ({ listeners, queue }) =>
-        Effect.sync(() => listeners.forEach((off) => off())).pipe(
-          Effect.zipRight(Queue.shutdown(queue)),
-        ),
-    ).pipe(Effect.map(({ queue }) => queue)),
-    argv: process.argv.slice(2),
-    stdinLines: Stream.suspend(() =>
-      Stream.fromAsyncIterable(
-        createInterface({ input: process.stdin, crlfDelay: Infinity }),
-        () => undefined,
-      ).pipe(Stream.catchAll(() => Stream.empty))
-    ),
-    writeOut: (line) => Effect.sync(() => void process.stdout.write(`${line}\n`)),
-    writeErr: (line) => Effect.sync(() => void process.stderr.write(`${line}\n`)),
-    cwd: process.cwd(),
-  }),
-)
+export const layer: Layer.Layer<Process> = Layer.succeed(Process, processService)
 
 /**
- * Runs `program` as the process and exits with its code (1 if it fails). Only an entry point
- * (`Worker.run`, the CLI) calls it.
+ * Runs `program` as the process, logging JSON lines (see `WorkerLogger`), and exits with its
+ * code (1 if it fails). Only an entry point (`Worker.run`, the CLI) calls it.
  *
  * @since 0.1.0
  * @category running
@@ -100,7 +100,12 @@ export const runMain = (program: Effect.Effect<ExitCode, never, Process>): void 
   // A running fiber holds nothing open: while the program waits on what has no timer or socket
   // (a signal, a startup hook's bare Promise), the runtime would end the process with code 0.
   const keepAlive = setInterval(() => {}, 2 ** 31 - 1)
-  Effect.runFork(Effect.provide(program, layer)).addObserver((exit) => {
+  Effect.runFork(
+    program.pipe(
+      Effect.provideService(Process, processService),
+      Effect.provide(WorkerLogger.layer),
+    ),
+  ).addObserver((exit) => {
     clearInterval(keepAlive)
     process.exit(Exit.isSuccess(exit) ? exit.value : 1)
   })

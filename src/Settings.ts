@@ -8,12 +8,13 @@
 import { hostname as osHostname } from "node:os"
 import {
   Config,
-  type ConfigError,
+  ConfigError,
   Context,
   Duration,
   Effect,
   Either,
   Layer,
+  LogLevel,
   Option,
   Redacted,
 } from "effect"
@@ -68,6 +69,12 @@ export interface WorkerSettings {
   readonly jobIdleTimeout: Duration.Duration
   /** `WORKER_JOB_CONNECT_TIMEOUT_S`, default 30 s: a job that cannot reach the broker this long exits 1. */
   readonly jobConnectTimeout: Duration.Duration
+  /** `LOG_LEVEL`, default `info`: `debug`, `info`, `warning`, `error`, `critical` or `none`. */
+  readonly logLevel: LogLevel.LogLevel
+  /** `WORKER_TASK_OVERRUN_GRACE_S`, default 30 s: a handler running this long past its deadline fails `/health`. */
+  readonly taskOverrunGrace: Duration.Duration
+  /** `WORKER_PROBE_TIMEOUT_S`, default 3 s: the time a readiness probe has. */
+  readonly probeTimeout: Duration.Duration
 }
 
 /**
@@ -124,6 +131,9 @@ export interface SettingsOverrides {
   readonly jobMaxTasks?: number | undefined
   readonly jobIdleTimeout?: Duration.DurationInput | undefined
   readonly jobConnectTimeout?: Duration.DurationInput | undefined
+  readonly logLevel?: LogLevel.LogLevel | undefined
+  readonly taskOverrunGrace?: Duration.DurationInput | undefined
+  readonly probeTimeout?: Duration.DurationInput | undefined
 }
 
 /**
@@ -147,6 +157,19 @@ export interface SettingsDefaults {
 export const LEASE_MARGIN = Duration.seconds(60)
 
 const MAX_INT32 = 2 ** 31 - 1
+
+// Python's level names (as the platform's other workers log), and Effect's own where they differ.
+const LOG_LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = {
+  trace: LogLevel.Trace,
+  debug: LogLevel.Debug,
+  info: LogLevel.Info,
+  warning: LogLevel.Warning,
+  warn: LogLevel.Warning,
+  error: LogLevel.Error,
+  critical: LogLevel.Fatal,
+  fatal: LogLevel.Fatal,
+  none: LogLevel.None,
+}
 
 type Raw<A> = Either.Either<A, string>
 
@@ -326,6 +349,32 @@ export const make = (
       o.jobConnectTimeout,
       seconds("WORKER_JOB_CONNECT_TIMEOUT_S", "time a job waits for the broker", 30),
     ),
+    logLevel: given(
+      o.logLevel,
+      Config.string("LOG_LEVEL").pipe(
+        Config.withDescription("debug, info, warning, error, critical or none"),
+        Config.withDefault("info"),
+        Config.mapOrFail((name) => {
+          const level = LOG_LEVELS[name.trim().toLowerCase()]
+          return level === undefined
+            ? Either.left(
+              ConfigError.InvalidData(
+                ["LOG_LEVEL"],
+                `must be debug, info, warning, error, critical or none, got "${name}"`,
+              ),
+            )
+            : Either.right(level)
+        }),
+      ),
+    ),
+    taskOverrunGrace: given(
+      o.taskOverrunGrace,
+      seconds("WORKER_TASK_OVERRUN_GRACE_S", "time past its deadline before /health fails", 30),
+    ),
+    probeTimeout: given(
+      o.probeTimeout,
+      seconds("WORKER_PROBE_TIMEOUT_S", "the time a readiness probe has", 3),
+    ),
   }
   // Each key is read on its own (with `Config.all`, one value that does not parse would skip the
   // checks below): every parse error is reported together with every out-of-range value.
@@ -432,6 +481,12 @@ export const make = (
       )
       const taskTimeout = duration("taskTimeout (WORKER_TASK_TIMEOUT_S)", r.taskTimeout, true)
       const mode = parsed(r.mode, "service")
+      const taskOverrunGrace = duration(
+        "taskOverrunGrace (WORKER_TASK_OVERRUN_GRACE_S)",
+        r.taskOverrunGrace,
+        false,
+      )
+      const probeTimeout = duration("probeTimeout (WORKER_PROBE_TIMEOUT_S)", r.probeTimeout, true)
       const jobMaxTasks = int("jobMaxTasks (WORKER_JOB_MAX_TASKS)", r.jobMaxTasks, 1)
       const jobIdleTimeout = duration(
         "jobIdleTimeout (WORKER_JOB_IDLE_TIMEOUT_S)",
@@ -486,6 +541,9 @@ export const make = (
         jobMaxTasks,
         jobIdleTimeout: jobIdleTimeout ?? Duration.zero,
         jobConnectTimeout: jobConnectTimeout ?? Duration.zero,
+        logLevel: parsed(r.logLevel, LogLevel.Info),
+        taskOverrunGrace: taskOverrunGrace ?? Duration.zero,
+        probeTimeout: probeTimeout ?? Duration.zero,
       }
       return problems.length === 0
         ? Effect.succeed(settings)

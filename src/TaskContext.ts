@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Runtime } from "effect"
+import { Effect, LogLevel, Runtime } from "effect"
 
 /**
  * A progress report: an Effect for Effect handlers (`yield* ctx.progress(0.5)`), and a
@@ -40,6 +40,55 @@ export interface TaskContext {
    * optional JSON object. Throttled: at most one message per interval, the newest wins.
    */
   readonly progress: (fraction: number, payload?: Readonly<Record<string, unknown>>) => Progress
+  /**
+   * Logs through the worker's logger with the task's `task_id`, `service` and `attempt`: for
+   * `async` handlers (an Effect handler's own `Effect.log` lines carry them already).
+   */
+  readonly logger: TaskLogger
+}
+
+/**
+ * A task's logger; `fields` are added to the line.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface TaskLogger {
+  readonly debug: (message: string, fields?: Readonly<Record<string, unknown>>) => void
+  readonly info: (message: string, fields?: Readonly<Record<string, unknown>>) => void
+  readonly warn: (message: string, fields?: Readonly<Record<string, unknown>>) => void
+  readonly error: (message: string, fields?: Readonly<Record<string, unknown>>) => void
+}
+
+/**
+ * A task's logger, running on `runtime`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeLogger = (
+  info: TaskInfo & { readonly service: string },
+  runtime: Runtime.Runtime<never>,
+): TaskLogger => {
+  const at =
+    (level: LogLevel.LogLevel) => (message: string, fields?: Readonly<Record<string, unknown>>) =>
+      Runtime.runSync(
+        runtime,
+        Effect.logWithLevel(level, message).pipe(
+          Effect.annotateLogs({
+            ...fields,
+            service: info.service,
+            task_id: info.taskId,
+            attempt: info.attempt,
+          }),
+        ),
+      )
+  return {
+    debug: at(LogLevel.Debug),
+    info: at(LogLevel.Info),
+    warn: at(LogLevel.Warning),
+    error: at(LogLevel.Error),
+  }
 }
 
 /**
@@ -84,8 +133,10 @@ export const awaitable = <R>(
 export const make = (
   info: TaskInfo,
   progress: TaskContext["progress"],
+  makeLogger: (info: TaskInfo) => TaskLogger,
 ): { readonly context: TaskContext; readonly abort: (reason: string) => void } => {
   let controller: AbortController | undefined
+  let logger: TaskLogger | undefined
   let abortedWith: string | undefined
   const context: TaskContext = {
     taskId: info.taskId,
@@ -94,6 +145,9 @@ export const make = (
     clientId: info.clientId,
     inputRefs: info.inputRefs,
     progress,
+    get logger() {
+      return (logger ??= makeLogger(info))
+    },
     get signal() {
       if (controller === undefined) {
         controller = new AbortController()

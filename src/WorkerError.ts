@@ -112,3 +112,26 @@ export class TransportError extends Data.TaggedError("TransportError")<{
       this.reason === "not_configured"
   }
 }
+
+/**
+ * A readiness probe of the worker is not ready: `/ready` shows this message for the probe (any
+ * other failure shows only its class name, so a probe's error text never leaks by accident).
+ *
+ * @since 0.1.0
+ * @category probe errors
+ */
+export class ProbeError extends Data.TaggedError("ProbeError")<{
+  readonly message: string
+}> {}
+
+/**
+ * The probe server could not start: it could not listen on `HEALTH_CHECK_HOST:HEALTH_CHECK_PORT`
+ * (the port is in use, the address is not this host's, the port needs privileges).
+ *
+ * @since 0.1.0
+ * @category probe errors
+ */
+export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
+  readonly reason: "bind"
+  readonly message: string
+}> {}

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Array as Arr, Metric, MetricBoundaries, MetricLabel } from "effect"
+import { Array as Arr, Effect, Metric, MetricBoundaries, MetricLabel } from "effect"
 
 /**
  * `Metric.tagged`, with its labels made once. `Metric.tagged` builds a new array of labels at
@@ -160,3 +160,154 @@ export const progressDropped = tagged(
  * @category metrics
  */
 export const count = (counter: Metric.Metric.Counter<number>): void => counter.unsafeUpdate(1, [])
+
+/**
+ * Registers the SDK's unlabelled metrics at zero, so that `/metrics` shows them from the start
+ * (`worker_task_retries_total 0`) rather than from their first event. Labelled ones appear
+ * with their first label value.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const register: Effect.Effect<void> = Effect.sync(() => {
+  for (const metric of [taskRetries, ackFailures, tasksInFlight, shutdownRequeued, taskDuration]) {
+    metric.unsafeValue([])
+  }
+})
+
+/**
+ * Always 1, labelled with the SDK's `version` and the `runtime` it runs on (`node 22.3.0`,
+ * `deno 2.1.4`). Set by `RuntimeMetrics`.
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const sdkInfo = Metric.gauge("worker_sdk_info", {
+  description: "The worker SDK's version and the runtime it runs on (always 1)",
+})
+
+/**
+ * How late the runtime metrics' periodic sampler woke up, in seconds: the event loop's lag,
+ * sampled every few seconds (`component="worker"`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const eventLoopLag: Metric.Metric.Gauge<number> = Metric.gauge("event_loop_lag_seconds", {
+  description: "How late a timer of the worker fired at the last sample, in seconds",
+}).pipe(Metric.tagged("component", "worker"))
+
+/**
+ * CPU time of the process (user + system), in seconds (`process.cpuUsage`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const processCpuSeconds = Metric.counter("process_cpu_seconds_total", {
+  description: "Total user and system CPU time spent in seconds",
+})
+
+/**
+ * User CPU time of the process, in seconds.
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const processCpuUserSeconds = Metric.counter("process_cpu_user_seconds_total", {
+  description: "Total user CPU time spent in seconds",
+})
+
+/**
+ * System CPU time of the process, in seconds.
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const processCpuSystemSeconds = Metric.counter("process_cpu_system_seconds_total", {
+  description: "Total system CPU time spent in seconds",
+})
+
+/**
+ * Resident set size of the process, in bytes (`process.memoryUsage().rss`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const processResidentMemory = Metric.gauge("process_resident_memory_bytes", {
+  description: "Resident memory size in bytes",
+})
+
+/**
+ * When the process started, in seconds since the Unix epoch.
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const processStartTime = Metric.gauge("process_start_time_seconds", {
+  description: "Start time of the process since unix epoch in seconds",
+})
+
+/**
+ * V8 heap in use, in bytes (`process.memoryUsage().heapUsed`). Named as prom-client names it,
+ * on Deno too (same V8 figures).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const heapUsed = Metric.gauge("nodejs_heap_size_used_bytes", {
+  description: "V8 heap size used in bytes",
+})
+
+/**
+ * V8 heap reserved, in bytes (`process.memoryUsage().heapTotal`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const heapTotal = Metric.gauge("nodejs_heap_size_total_bytes", {
+  description: "V8 heap size reserved in bytes",
+})
+
+/**
+ * Memory of C++ objects bound to JavaScript objects, in bytes (`process.memoryUsage().external`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const externalMemory = Metric.gauge("nodejs_external_memory_bytes", {
+  description: "V8 external memory size in bytes",
+})
+
+/**
+ * Resources keeping the event loop alive, by `type` (`TCPWrap`, `Timeout`, …), where the runtime
+ * tells (`process.getActiveResourcesInfo`).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const activeResources = Metric.gauge("nodejs_active_resources", {
+  description: "Resources keeping the event loop alive, by type",
+})
+
+/**
+ * Resources keeping the event loop alive, all types together.
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const activeResourcesTotal = Metric.gauge("nodejs_active_resources_total", {
+  description: "Resources keeping the event loop alive",
+})
+
+/**
+ * Garbage collection pauses, in seconds, by `kind` (`minor`, `major`, `incremental`, `weakcb`),
+ * where the runtime reports them (Node; Deno does not).
+ *
+ * @since 0.1.0
+ * @category runtime metrics
+ */
+export const gcDuration = Metric.histogram(
+  "nodejs_gc_duration_seconds",
+  MetricBoundaries.fromIterable([0.001, 0.01, 0.1, 1, 2, 5]),
+  "Garbage collection duration by kind, in seconds",
+)

@@ -21,9 +21,15 @@ export * as MemoryBroker from "./MemoryBroker.ts"
 /** @since 0.1.0 */
 export * as Process from "./Process.ts"
 /** @since 0.1.0 */
+export * as Probes from "./Probes.ts"
+/** @since 0.1.0 */
 export * as ProgressThrottle from "./ProgressThrottle.ts"
 /** @since 0.1.0 */
+export * as Prometheus from "./Prometheus.ts"
+/** @since 0.1.0 */
 export * as Protocol from "./Protocol.ts"
+/** @since 0.1.0 */
+export * as RuntimeMetrics from "./RuntimeMetrics.ts"
 /** @since 0.1.0 */
 export * as Settings from "./Settings.ts"
 /** @since 0.1.0 */
@@ -33,11 +39,15 @@ export * as Transport from "./Transport.ts"
 /** @since 0.1.0 */
 export * as Worker from "./Worker.ts"
 /** @since 0.1.0 */
+export * as WorkerLogger from "./WorkerLogger.ts"
+/** @since 0.1.0 */
 export * as WorkerMetrics from "./WorkerMetrics.ts"
 /** @since 0.1.0 */
 export {
   FatalError,
   LeaseLost,
+  ProbeError,
+  ProbeServerError,
   PublishError,
   RetryableError,
   SettingsError,

@@ -317,6 +317,7 @@ export const makeTaskContext = (info: Partial<TaskContext.TaskInfo> = {}): {
         Effect.sync(() => void updates.push({ fraction, payload })),
         Runtime.defaultRuntime,
       ),
+    (info) => TaskContext.makeLogger({ ...info, service: "test" }, Runtime.defaultRuntime),
   )
   return {
     ctx: context,

@@ -1190,7 +1190,7 @@ describe("DeliveryEngine", () => {
   describe("the task context", () => {
     it.scoped("taskId, attempt, deliveryLimit, clientId and inputRefs reach the handler", () =>
       Effect.gen(function* () {
-        let seen: Omit<TaskContext, "signal" | "progress"> | undefined
+        let seen: Omit<TaskContext, "signal" | "progress" | "logger"> | undefined
         const worker = define(async (_input, ctx) => {
           await Promise.resolve()
           seen = {
@@ -1220,6 +1220,34 @@ describe("DeliveryEngine", () => {
           inputRefs: ["s3://bucket/a.pdf", "s3://bucket/b.pdf"],
         })
       }))
+
+    it.scoped("ctx.logger lines of an async handler carry task_id, attempt and service", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(async (_input, ctx) => {
+            await Promise.resolve()
+            ctx.logger.info("calling the upstream", { upstream: "search" })
+            ctx.logger.warn("the upstream is slow")
+            return { words: 0 }
+          })
+          const harness = yield* WorkerHarness.make(worker)
+          const run = yield* harness.submit({ text: "x" }, { taskId: "t-log", deliveryCount: 1 })
+          run.assertSucceeded()
+          const own = logs.lines.filter((l) => l.message.includes("upstream"))
+          expect(own.map((l) => [l.level, l.message])).toEqual([
+            ["INFO", "calling the upstream"],
+            ["WARN", "the upstream is slow"],
+          ])
+          for (const line of own) {
+            expect(line.annotations).toMatchObject({
+              task_id: "t-log",
+              attempt: 2,
+              service: worker.name,
+            })
+          }
+          expect(own[0]!.annotations.upstream).toBe("search")
+        })
+      ))
 
     it.scoped("without client_id or input_refs the handler sees undefined and []", () =>
       Effect.gen(function* () {

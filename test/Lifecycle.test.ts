@@ -20,7 +20,7 @@ import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import { type ConnectionStatus, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
-import { FatalError, RetryableError, TransportError } from "../src/WorkerError.ts"
+import { FatalError, ProbeError, RetryableError, TransportError } from "../src/WorkerError.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -43,7 +43,10 @@ const newSeen = (): Seen => ({ entered: [], interrupted: [], events: [] })
 /** Tasks sleep for as long as their input says. */
 const sleeper = (
   seen: Seen,
-  hooks: Pick<Worker.WorkerDefinition<any, any, any, never>, "onStartup" | "onShutdown"> = {},
+  hooks: Pick<
+    Worker.WorkerDefinition<any, any, any, never>,
+    "onStartup" | "onShutdown" | "readiness"
+  > = {},
 ) =>
   Worker.make({
     name: "sleeper",
@@ -74,8 +77,11 @@ const envelope = (taskId: string, seconds: number) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
 
 /** The environment the settings are read from: only these variables. */
+/** Each run's probe server listens on an ephemeral port of the loopback. */
 const environment = (vars: Record<string, string> = {}) =>
-  ConfigProvider.fromMap(new Map(Object.entries(vars)))
+  ConfigProvider.fromMap(
+    new Map(Object.entries({ HEALTH_CHECK_HOST: "127.0.0.1", HEALTH_CHECK_PORT: "0", ...vars })),
+  )
 
 /** A transport on `broker`, configured by the worker's settings, as `options.transport`. */
 const memoryTransport = (
@@ -159,6 +165,100 @@ describe("Lifecycle", () => {
     expect(bound("5 seconds")).toBe(22_000)
     expect(bound("1 second")).toBe(22_000)
     expect(bound(0)).toBe(22_000)
+  })
+
+  describe("probes", () => {
+    const probePort = (logs: ReturnType<typeof captureLogs>) => {
+      const line = logs.lines.find((l) => l.message.startsWith("Probes on "))
+      return Number(/:(\d+) /.exec(line!.message)![1])
+    }
+    const get = (port: number, path: string) =>
+      Effect.promise(async () => {
+        const response = await fetch(`http://127.0.0.1:${port}${path}`)
+        return { status: response.status, body: await response.json() }
+      })
+
+    it.scoped("/health fails with TASK_OVERRUN once a handler runs the overrun grace past its deadline", () =>
+      Effect.gen(function* () {
+        const never = yield* Deferred.make<void>()
+        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const entered: Array<string> = []
+        const stuck = Worker.make({
+          name: "stuck",
+          input: Seconds,
+          output: Slept,
+          timeout: "10 seconds",
+          handler: (_, ctx) =>
+            Effect.uninterruptible(
+              Effect.sync(() => entered.push(ctx.taskId)).pipe(
+                Effect.zipRight(Deferred.await(never)),
+                Effect.as({ slept: 0 }),
+              ),
+            ),
+        })
+        const w = yield* launch(stuck, { env: { WORKER_TASK_OVERRUN_GRACE_S: "30" } })
+        yield* w.started
+        const port = probePort(w.logs)
+        yield* w.submit("t-stuck", 1)
+        yield* waitUntil(() => entered.length === 1, "the task runs")
+        yield* TestClock.adjust("39 seconds")
+        expect((yield* get(port, "/health")).status).toBe(200)
+        yield* TestClock.adjust("1001 millis")
+        const health = yield* get(port, "/health")
+        expect(health.status).toBe(503)
+        expect(health.body.error.code).toBe("TASK_OVERRUN")
+        expect(health.body.error.message).toContain("t-stuck")
+      }))
+
+    it.scoped("/ready lists the worker's own probes beside broker and draining, and fails while draining", () =>
+      Effect.gen(function* () {
+        let databaseUp = true
+        const seen = newSeen()
+        const worker = sleeper(seen, {
+          readiness: {
+            database: () => {
+              if (!databaseUp) throw new ProbeError({ message: "the database is down" })
+            },
+          },
+        })
+        const w = yield* launch(worker)
+        yield* w.started
+        const port = probePort(w.logs)
+        const ready = yield* get(port, "/ready")
+        expect(ready).toEqual({
+          status: 200,
+          body: {
+            status: "ok",
+            components: {
+              broker: { status: "ok" },
+              draining: { status: "ok" },
+              database: { status: "ok" },
+            },
+          },
+        })
+        databaseUp = false
+        const down = yield* get(port, "/ready")
+        expect(down.status).toBe(503)
+        expect(down.body.error.code).toBe("DEPENDENCIES_NOT_READY")
+        expect(down.body.error.components.database).toEqual({
+          status: "error",
+          message: "the database is down",
+        })
+        databaseUp = true
+        yield* w.submit("t-long", 5)
+        yield* waitUntil(() => seen.entered.includes("t-long"), "the task runs")
+        yield* w.proc.signal()
+        yield* waitUntil(
+          () => w.logs.lines.some((l) => l.message.includes("received: shutting down")),
+          "the drain begins",
+        )
+        const draining = yield* get(port, "/ready")
+        expect(draining.status).toBe(503)
+        expect(draining.body.error.components.draining.status).toBe("error")
+        expect((yield* get(port, "/health")).status).toBe(200)
+        yield* TestClock.adjust("5 seconds")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
   })
 
   describe("settings", () => {

@@ -1,6 +1,7 @@
 /**
  * Test support: the log lines a program writes, captured, and a bounded wait on the scheduler.
  */
+import { setImmediate } from "node:timers"
 import { Effect, HashMap, Logger } from "effect"
 
 export interface LogLine {
@@ -29,13 +30,17 @@ export const captureLogs = () => {
   return { lines, layer, settled }
 }
 
-/** Yields to other fibers until `check` holds, a bounded number of times. */
+/**
+ * Yields until `check` holds, a bounded number of times: to other fibers, and to the event loop
+ * (where a socket's callbacks run), with no timer — the clock may be a `TestClock`.
+ */
 export const waitUntil = (check: () => boolean | Effect.Effect<boolean>, what: string) =>
   Effect.gen(function* () {
     for (let i = 0; i < 2000; i++) {
       const result = check()
       if (typeof result === "boolean" ? result : yield* result) return
       yield* Effect.yieldNow()
+      yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
     }
     return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
   })

@@ -1,0 +1,199 @@
+/**
+ * The runtime's and the process' metrics, sampled into the `WorkerMetrics` declared for them:
+ * `worker_sdk_info`, `event_loop_lag_seconds{component="worker"}`, CPU, resident memory, V8
+ * heap, the resources keeping the event loop alive, and garbage collection pauses where the
+ * runtime reports them. Runs on Node and Deno alike through `node:process` and
+ * `node:perf_hooks`; Deno does not deliver `gc` performance entries, so there is no GC
+ * histogram there.
+ *
+ * @since 0.1.0
+ */
+import process from "node:process"
+import { constants, PerformanceObserver } from "node:perf_hooks"
+import type { Scope } from "effect"
+import { Clock, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
+import { VERSION } from "./internal/version.ts"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
+
+const deno = (globalThis as { readonly Deno?: { readonly version?: { readonly deno?: string } } })
+  .Deno
+
+/**
+ * The runtime and its version, as `worker_sdk_info` labels it: `node 22.3.0`, `deno 2.1.4`
+ * (Deno is told apart by `globalThis.Deno`, since it reports a Node version too).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const runtime: string = deno?.version?.deno !== undefined
+  ? `deno ${deno.version.deno}`
+  : process.versions?.bun !== undefined
+  ? `bun ${process.versions.bun}`
+  : process.versions?.node !== undefined
+  ? `node ${process.versions.node}`
+  : "unknown"
+
+/**
+ * Whether this runtime reports garbage collections (`gc` performance entries): Node does;
+ * Deno accepts the observer but never calls it.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const reportsGc: boolean = deno === undefined &&
+  (
+    (PerformanceObserver as { readonly supportedEntryTypes?: ReadonlyArray<string> })
+      .supportedEntryTypes ?? []
+  ).includes("gc")
+
+/**
+ * The types of resources seen alive at some sample, so that a type gone since reads 0.
+ */
+const resourceTypes = new Set<string>()
+
+/** Brings a counter up to a cumulative total the runtime keeps, whoever sampled it last. */
+const catchUp = (counter: Metric.Metric.Counter<number>, total: number): void => {
+  const delta = total - counter.unsafeValue([]).count
+  if (delta > 0) counter.unsafeUpdate(delta, [])
+}
+
+const set = (gauge: Metric.Metric.Gauge<number>, value: number): void =>
+  gauge.unsafeUpdate(value, [])
+
+/**
+ * Reads the process' figures now: `worker_sdk_info`, CPU, memory, heap and active resources.
+ * The periodic sampler runs it; run it also right before an exposition so that `/metrics` is
+ * current: `Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition)`.
+ *
+ * @since 0.1.0
+ * @category sampling
+ */
+export const sample: Effect.Effect<void> = Effect.sync(() => {
+  Metric.tagged(Metric.tagged(WorkerMetrics.sdkInfo, "version", VERSION), "runtime", runtime)
+    .unsafeUpdate(1, [])
+  const cpu = process.cpuUsage()
+  catchUp(WorkerMetrics.processCpuUserSeconds, cpu.user / 1e6)
+  catchUp(WorkerMetrics.processCpuSystemSeconds, cpu.system / 1e6)
+  catchUp(WorkerMetrics.processCpuSeconds, (cpu.user + cpu.system) / 1e6)
+  const memory = process.memoryUsage()
+  set(WorkerMetrics.processResidentMemory, memory.rss)
+  set(WorkerMetrics.heapUsed, memory.heapUsed)
+  set(WorkerMetrics.heapTotal, memory.heapTotal)
+  set(WorkerMetrics.externalMemory, memory.external)
+  set(WorkerMetrics.processStartTime, Math.round(Date.now() / 1000 - process.uptime()))
+  if (typeof process.getActiveResourcesInfo === "function") {
+    const counts = new Map<string, number>()
+    for (const type of process.getActiveResourcesInfo()) {
+      counts.set(type, (counts.get(type) ?? 0) + 1)
+      resourceTypes.add(type)
+    }
+    let total = 0
+    for (const type of resourceTypes) {
+      const n = counts.get(type) ?? 0
+      total += n
+      Metric.tagged(WorkerMetrics.activeResources, "type", type).unsafeUpdate(n, [])
+    }
+    set(WorkerMetrics.activeResourcesTotal, total)
+  }
+})
+
+const gcKinds: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weakcb",
+}
+
+const gcByKind = new Map<string, Metric.Metric.Histogram<number>>()
+
+const recordGc = (kind: number | undefined, durationMs: number): void => {
+  const name = (kind !== undefined ? gcKinds[kind] : undefined) ?? "unknown"
+  let histogram = gcByKind.get(name)
+  if (histogram === undefined) {
+    histogram = Metric.tagged(WorkerMetrics.gcDuration, "kind", name)
+    gcByKind.set(name, histogram)
+  }
+  histogram.unsafeUpdate(durationMs / 1000, [])
+}
+
+/**
+ * One `gc` observer for the process however many scopes want it (each pause counted once),
+ * disconnected when the last of them closes.
+ */
+let gcObservers = 0
+let gcObserver: PerformanceObserver | undefined
+
+const observeGc: Effect.Effect<void, never, Scope.Scope> = reportsGc
+  ? Effect.acquireRelease(
+    Effect.sync(() => {
+      if (gcObservers++ === 0) {
+        gcObserver = new PerformanceObserver((list) => {
+          for (const entry of list.getEntries()) {
+            // `detail.kind` since Node 16, `kind` before.
+            const gc = entry as unknown as {
+              readonly detail?: { readonly kind?: number } | null
+              readonly kind?: number
+            }
+            recordGc(gc.detail?.kind ?? gc.kind, entry.duration)
+          }
+        })
+        gcObserver.observe({ entryTypes: ["gc"] })
+      }
+    }),
+    () =>
+      Effect.sync(() => {
+        if (--gcObservers === 0) {
+          gcObserver?.disconnect()
+          gcObserver = undefined
+        }
+      }),
+  )
+  : Effect.void
+
+/**
+ * Options of {@link make}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  /** How often to sample, and the period whose overrun is the event loop's lag. Default 5 s. */
+  readonly interval?: Duration.DurationInput | undefined
+}
+
+/**
+ * Samples at once, then every `interval` on a `Schedule`, for as long as the scope lives; each
+ * sample also sets `event_loop_lag_seconds{component="worker"}` to how late the schedule's
+ * sleep woke up (0 under `TestClock`). Registers the SDK's unlabelled metrics at zero and, where
+ * the runtime reports them, observes garbage collections into `nodejs_gc_duration_seconds`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (options: Options = {}): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const interval = Duration.decode(options.interval ?? "5 seconds")
+    const intervalNanos = Duration.unsafeToNanos(interval)
+    yield* WorkerMetrics.register
+    yield* observeGc
+    const lastEnd = yield* Ref.make<bigint | undefined>(undefined)
+    const tick = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeNanos
+      const last = yield* Ref.get(lastEnd)
+      const late = last === undefined ? 0n : now - last - intervalNanos
+      yield* Metric.set(WorkerMetrics.eventLoopLag, late > 0n ? Number(late) / 1e9 : 0)
+      yield* sample
+      yield* Ref.set(lastEnd, yield* Clock.currentTimeNanos)
+    })
+    yield* tick
+    yield* Effect.forkScoped(Effect.schedule(tick, Schedule.spaced(interval)))
+  })
+
+/**
+ * {@link make} as a layer, for the life of the worker.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: Options = {}): Layer.Layer<never> =>
+  Layer.scopedDiscard(make(options))

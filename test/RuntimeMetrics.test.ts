@@ -1,0 +1,125 @@
+import { describe, expect, it } from "@effect/vitest"
+import process from "node:process"
+import { Effect, TestClock } from "effect"
+import { VERSION } from "../src/internal/version.ts"
+import * as Prometheus from "../src/Prometheus.ts"
+import * as RuntimeMetrics from "../src/RuntimeMetrics.ts"
+import { family, parse, value } from "./support/prometheus.ts"
+
+const isDeno = "Deno" in globalThis
+
+const scrape = Effect.map(Prometheus.exposition, parse)
+
+/** Blocks the event loop for `ms` milliseconds of wall time. */
+const block = (ms: number) => {
+  const end = performance.now() + ms
+  while (performance.now() < end) { /* busy */ }
+}
+
+/** Keeps the CPU busy until the process has spent `ms` more milliseconds of CPU time. */
+const burnCpu = (ms: number) => {
+  const used = () => {
+    const { system, user } = process.cpuUsage()
+    return (user + system) / 1000
+  }
+  const end = used() + ms
+  while (used() < end) { /* busy */ }
+}
+
+describe("RuntimeMetrics", () => {
+  it("names the runtime: deno or node, with its version", () => {
+    expect(RuntimeMetrics.runtime).toMatch(isDeno ? /^deno \d+\.\d+\.\d+/ : /^node \d+\.\d+\.\d+/)
+    expect(RuntimeMetrics.reportsGc).toBe(!isDeno)
+  })
+
+  it.scoped("samples at once, then on its schedule: sdk info, lag, CPU, memory, heap", () =>
+    Effect.gen(function* () {
+      yield* RuntimeMetrics.make({ interval: "5 seconds" })
+      const first = yield* scrape
+
+      expect(family(first, "worker_sdk_info").type).toBe("GAUGE")
+      expect(value(first, "worker_sdk_info", { version: VERSION, runtime: RuntimeMetrics.runtime }))
+        .toBe(1)
+      expect(value(first, "event_loop_lag_seconds", { component: "worker" })).toBe(0)
+      expect(family(first, "process_cpu_seconds_total").type).toBe("COUNTER")
+      const cpu = value(first, "process_cpu_seconds_total")
+      expect(cpu).toBeGreaterThan(0)
+      expect(cpu).toBeCloseTo(
+        value(first, "process_cpu_user_seconds_total") +
+          value(first, "process_cpu_system_seconds_total"),
+        6,
+      )
+      const rss = value(first, "process_resident_memory_bytes")
+      expect(rss).toBeGreaterThan(1e6)
+      expect(rss).toBeLessThan(1e11)
+      const used = value(first, "nodejs_heap_size_used_bytes")
+      expect(used).toBeGreaterThan(1e5)
+      expect(used).toBeLessThanOrEqual(value(first, "nodejs_heap_size_total_bytes"))
+      expect(value(first, "nodejs_external_memory_bytes")).toBeGreaterThanOrEqual(0)
+      const start = value(first, "process_start_time_seconds")
+      expect(start).toBeLessThanOrEqual(Date.now() / 1000 + 1)
+      expect(start).toBeGreaterThan(Date.now() / 1000 - 24 * 3600)
+      expect(value(first, "nodejs_active_resources_total")).toBeGreaterThanOrEqual(0)
+      // The SDK's unlabelled metrics are there from the start, at zero.
+      expect(value(first, "worker_task_retries_total")).toBe(0)
+      expect(value(first, "worker_tasks_in_flight")).toBeGreaterThanOrEqual(0)
+      expect(family(first, "worker_task_duration_seconds").type).toBe("HISTOGRAM")
+
+      burnCpu(30)
+      yield* TestClock.adjust("4 seconds")
+      expect(value(yield* scrape, "process_cpu_seconds_total")).toBe(cpu)
+      yield* TestClock.adjust("1 second")
+      const second = yield* scrape
+      expect(value(second, "process_cpu_seconds_total")).toBeGreaterThanOrEqual(cpu + 0.02)
+      // Under the TestClock, the sleep wakes exactly on time.
+      expect(value(second, "event_loop_lag_seconds", { component: "worker" })).toBe(0)
+    }))
+
+  it.effect("sample, on demand, counts the resources keeping the loop alive", () =>
+    Effect.gen(function* () {
+      const timers = [setTimeout(() => {}, 60_000), setTimeout(() => {}, 60_000)]
+      yield* RuntimeMetrics.sample
+      const families = yield* scrape
+      timers.forEach(clearTimeout)
+      expect(value(families, "nodejs_active_resources", { type: "Timeout" }))
+        .toBeGreaterThanOrEqual(2)
+      expect(value(families, "nodejs_active_resources_total")).toBe(
+        family(families, "nodejs_active_resources").metrics.reduce(
+          (n, m) => n + Number(m.value),
+          0,
+        ),
+      )
+    }))
+
+  it.live("event_loop_lag_seconds: how late the sampler woke while the loop was blocked", () =>
+    Effect.gen(function* () {
+      yield* RuntimeMetrics.make({ interval: "100 millis" })
+      yield* Effect.sleep("20 millis")
+      // The tick due at 100 ms wakes at ~270 ms; the next is due 100 ms after that.
+      block(250)
+      yield* Effect.sleep("10 millis")
+      const lag = value(yield* scrape, "event_loop_lag_seconds", { component: "worker" })
+      expect(lag).toBeGreaterThan(0.1)
+      expect(lag).toBeLessThan(1)
+    }).pipe(Effect.scoped))
+
+  it.live("garbage collections, where the runtime reports them", () =>
+    Effect.gen(function* () {
+      yield* RuntimeMetrics.make()
+      let keep: Array<{ readonly i: number }> = []
+      for (let round = 0; round < 20; round++) {
+        keep = []
+        for (let i = 0; i < 50_000; i++) keep.push({ i })
+      }
+      yield* Effect.sleep("50 millis")
+      const text = yield* Prometheus.exposition
+      if (RuntimeMetrics.reportsGc) {
+        expect(family(parse(text), "nodejs_gc_duration_seconds").type).toBe("HISTOGRAM")
+        const count = text.match(/^nodejs_gc_duration_seconds_count\{kind="minor"\} (\d+)$/m)
+        expect(Number(count?.[1])).toBeGreaterThan(0)
+      } else {
+        expect(text).not.toContain("nodejs_gc_duration_seconds")
+      }
+      expect(keep).toHaveLength(50_000)
+    }).pipe(Effect.scoped))
+})

@@ -1,0 +1,144 @@
+import { describe, expect, it, vi } from "@effect/vitest"
+import { Cause, Effect, HashMap, Logger, LogLevel, Schema } from "effect"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Worker from "../src/Worker.ts"
+import { FatalError } from "../src/WorkerError.ts"
+import * as WorkerLogger from "../src/WorkerLogger.ts"
+
+const line = (options: {
+  readonly message?: unknown
+  readonly level?: LogLevel.LogLevel
+  readonly annotations?: Record<string, unknown>
+  readonly cause?: Cause.Cause<unknown>
+}) =>
+  JSON.parse(WorkerLogger.format({
+    date: new Date("2026-11-29T12:00:00.000Z"),
+    logLevel: options.level ?? LogLevel.Info,
+    message: options.message ?? "hello",
+    annotations: HashMap.fromIterable(Object.entries(options.annotations ?? {})),
+    cause: options.cause ?? Cause.empty,
+  }))
+
+describe("WorkerLogger", () => {
+  it("writes ts, level, logger and msg first, then task_id, service and attempt, then the rest", () => {
+    const text = WorkerLogger.format({
+      date: new Date("2026-11-29T12:00:00.000Z"),
+      logLevel: LogLevel.Info,
+      message: "Delivery settled: outcome=success action=conclude attempt=1/5",
+      annotations: HashMap.fromIterable<string, unknown>([
+        ["outcome", "success"],
+        ["attempt", 1],
+        ["service", "count-words"],
+        ["task_id", "t-1"],
+      ]),
+      cause: Cause.empty,
+    })
+    expect(Object.keys(JSON.parse(text))).toEqual([
+      "ts",
+      "level",
+      "logger",
+      "msg",
+      "task_id",
+      "service",
+      "attempt",
+      "outcome",
+    ])
+    expect(JSON.parse(text)).toMatchObject({
+      ts: "2026-11-29T12:00:00.000Z",
+      level: "INFO",
+      logger: WorkerLogger.DEFAULT_LOGGER_NAME,
+      task_id: "t-1",
+      attempt: 1,
+    })
+    expect(text).not.toContain("\n")
+  })
+
+  it("names levels as Python does", () => {
+    expect(line({ level: LogLevel.Warning }).level).toBe("WARNING")
+    expect(line({ level: LogLevel.Fatal }).level).toBe("CRITICAL")
+    expect(line({ level: LogLevel.Debug }).level).toBe("DEBUG")
+    expect(line({ level: LogLevel.Error }).level).toBe("ERROR")
+  })
+
+  it("takes `logger` from the annotations and joins a message of several parts", () => {
+    const l = line({ message: ["a", 2, { b: 1 }], annotations: { logger: "handler" } })
+    expect(l.logger).toBe("handler")
+    expect(l.msg).toBe('a 2 {"b":1}')
+    expect(l).not.toHaveProperty("annotations")
+  })
+
+  it("gives a cause's kinds only, never an error's text", () => {
+    const secret = "payload-marker-4711"
+    const l = line({
+      cause: Cause.sequential(
+        Cause.fail(new FatalError({ code: "X", message: secret })),
+        Cause.die(new TypeError(secret)),
+      ),
+    })
+    expect(l.error_type).toBe("FatalError, TypeError")
+    expect(JSON.stringify(l)).not.toContain(secret)
+    expect(line({ cause: Cause.interrupt(Cause.empty as never) }).error_type).toBeDefined()
+  })
+
+  it("keeps a line whose annotation JSON cannot write", () => {
+    const l = line({ annotations: { big: 10n } })
+    expect(l.big).toBe("10")
+    expect(l.msg).toBe("hello")
+  })
+
+  it.effect("its layer replaces the default logger: one JSON line per log call on stdout", () =>
+    Effect.gen(function* () {
+      const spy = vi.spyOn(console, "log").mockImplementation(() => {})
+      try {
+        yield* Effect.logInfo("one").pipe(
+          Effect.annotateLogs({ task_id: "t-9" }),
+          Effect.provide(WorkerLogger.layer),
+        )
+        yield* Effect.logWarning("two").pipe(Effect.provide(WorkerLogger.layer))
+        const written = spy.mock.calls.map(([text]) => JSON.parse(String(text)))
+        expect(written.map((l) => [l.level, l.msg, l.task_id])).toEqual([
+          ["INFO", "one", "t-9"],
+          ["WARNING", "two", undefined],
+        ])
+      } finally {
+        spy.mockRestore()
+      }
+    }).pipe(
+      Effect.provide(
+        Logger.replace(
+          Logger.defaultLogger,
+          Logger.make(({ message }) => seen.push(String(message))),
+        ),
+      ),
+    ))
+
+  const seen: Array<string> = []
+  it.scoped("a worker run inside an app keeps the app's logger: the SDK adds none", () =>
+    Effect.gen(function* () {
+      const spy = vi.spyOn(console, "log")
+      try {
+        const worker = Worker.make({
+          name: "logger-probe",
+          input: Schema.Struct({}),
+          output: Schema.Struct({}),
+          timeout: "5 seconds",
+          handler: () => Effect.as(Effect.logInfo("from the handler"), {}),
+        })
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({})
+        run.assertSucceeded()
+        expect(seen.some((m) => m.includes("from the handler"))).toBe(true)
+        expect(seen.some((m) => m.includes("Delivery settled: outcome=success"))).toBe(true)
+        expect(spy).not.toHaveBeenCalled()
+      } finally {
+        spy.mockRestore()
+      }
+    }).pipe(
+      Effect.provide(
+        Logger.replace(
+          Logger.defaultLogger,
+          Logger.make(({ message }) => seen.push(String(message))),
+        ),
+      ),
+    ))
+})
