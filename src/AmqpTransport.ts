@@ -211,20 +211,21 @@ export const make = (
       connection.on("error", () => {})
       connection.on("close", () =>
         Deferred.unsafeDone(ended, Effect.void))
+      // One channel for both declarations: a refused one closes it, and is a configuration error.
+      const declaring = yield* tryPromise(() =>
+        connection.createChannel(), (e) =>
+        connectError(e, url))
+      declaring.on("error", () => {})
       for (const queue of [options.inQueue, options.outQueue]) {
-        const channel = yield* tryPromise(() =>
-          connection.createChannel(), (e) =>
-          connectError(e, url))
-        channel.on("error", () => {})
         yield* tryPromise(() =>
-          channel.assertQueue(queue, { durable: true }), (e) =>
+          declaring.assertQueue(queue, { durable: true }), (e) =>
           declareError(e, queue))
-        yield* Effect.promise(() =>
-          channel.close().catch(() =>
-            undefined
-          )
-        )
       }
+      yield* Effect.promise(() =>
+        declaring.close().catch(() =>
+          undefined
+        )
+      )
       const publisher = yield* tryPromise(
         () => connection.createConfirmChannel(),
         (e) => connectError(e, url),
