@@ -149,6 +149,13 @@ const toDelivery = (
   }
 }
 
+/** The consumer channel of a connection, with what its deliveries' leases die with. */
+interface Consuming {
+  readonly channel: Amqp.Channel
+  readonly leases: LeaseLoss
+  readonly ended: Deferred.Deferred<void>
+}
+
 interface Session {
   readonly publisher: Amqp.ConfirmChannel
   readonly returned: Set<string>
@@ -176,6 +183,8 @@ export const make = (
     let intakeStopped = false
     let capacity = options.capacity
     let consumer: { readonly channel: Amqp.Channel; readonly tag: string } | undefined
+    let consuming: Consuming | undefined
+    const resizing = yield* Effect.makeSemaphore(1)
     let sequence = 0
 
     const tryPromise = <A>(f: () => Promise<A>, onError: (e: unknown) => TransportError) =>
@@ -194,6 +203,43 @@ export const make = (
         )
     })
 
+    /**
+     * Consumes on the session's consumer channel with the current capacity as prefetch: at
+     * connection, and again at each change of capacity (a prefetch applies to consumers made
+     * after it, so a running one is cancelled, its cancel-ok awaited, and a new one made).
+     */
+    const consumeOn = (target: Consuming) =>
+      Effect.gen(function* () {
+        const { channel, ended, leases } = target
+        yield* tryPromise(() =>
+          channel.prefetch(capacity), (e) => connectError(e, url))
+        const { consumerTag } = yield* tryPromise(
+          () =>
+            channel.consume(options.inQueue, (message) => {
+              if (message === null) {
+                // basic.cancel from the server (the queue was deleted, or the consumer timed out).
+                leases.lose("consumer_cancelled")
+                Deferred.unsafeDone(ended, Effect.void)
+                return
+              }
+              Queue.unsafeOffer(inbox, toDelivery(message, channel, leases))
+            }, {
+              noAck: false,
+              ...(options.consumerTimeout === undefined ? {} : {
+                arguments: {
+                  "x-consumer-timeout": Duration.toMillis(Duration.decode(options.consumerTimeout)),
+                },
+              }),
+            }),
+          (e) =>
+            new TransportError({
+              reason: "consume",
+              message: `Consuming "${options.inQueue}" failed: ${describe(e)}`,
+            }),
+        )
+        consumer = { channel, tag: consumerTag }
+      })
+
     /** One connection's life: returns when the connection is lost. */
     const session = Effect.gen(function* () {
       const connection = yield* Effect.acquireRelease(
@@ -202,9 +248,7 @@ export const make = (
           connectError(e, url)),
         (c) =>
           Effect.promise(() =>
-            c.close().catch(() =>
-              undefined
-            )
+            c.close().catch(() => undefined)
           ).pipe(Effect.interruptible, Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore),
       )
       const ended = yield* Deferred.make<void>()
@@ -256,32 +300,8 @@ export const make = (
           leases.lose("channel_closed")
           Deferred.unsafeDone(ended, Effect.void)
         })
-        yield* tryPromise(() => channel.prefetch(capacity), (e) => connectError(e, url))
-        const { consumerTag } = yield* tryPromise(
-          () =>
-            channel.consume(options.inQueue, (message) => {
-              if (message === null) {
-                // basic.cancel from the server (the queue was deleted, or the consumer timed out).
-                leases.lose("consumer_cancelled")
-                Deferred.unsafeDone(ended, Effect.void)
-                return
-              }
-              Queue.unsafeOffer(inbox, toDelivery(message, channel, leases))
-            }, {
-              noAck: false,
-              ...(options.consumerTimeout === undefined ? {} : {
-                arguments: {
-                  "x-consumer-timeout": Duration.toMillis(Duration.decode(options.consumerTimeout)),
-                },
-              }),
-            }),
-          (e) =>
-            new TransportError({
-              reason: "consume",
-              message: `Consuming "${options.inQueue}" failed: ${describe(e)}`,
-            }),
-        )
-        consumer = { channel, tag: consumerTag }
+        consuming = { channel, leases, ended }
+        if (capacity > 0) yield* consumeOn(consuming)
         // Runs after the cancel below. amqplib writes the connection's Close ahead of channel
         // frames still buffered, so acks sent last would be dropped with the connection: a
         // synchronous call on this channel answers only after the broker has read them, then
@@ -304,6 +324,9 @@ export const make = (
     }).pipe(
       Effect.ensuring(
         Effect.all([
+          Effect.sync(() => {
+            consuming = undefined
+          }),
           Ref.set(current, Option.none()),
           Deferred.make<Session>().pipe(Effect.flatMap((d) => Ref.set(sessionReady, d))),
           SubscriptionRef.update(status, (s) => (s === "closed" ? s : "disconnected")),
@@ -394,9 +417,15 @@ export const make = (
                 messageId,
               },
               (error) => {
-                if (!awaitingConfirm.delete(messageId)) return
-                if (error) return failWith("nacked")
-                if (returned.delete(messageId)) return failWith("returned")
+                if (!awaitingConfirm.delete(messageId)) {
+                  return
+                }
+                if (error) {
+                  return failWith("nacked")
+                }
+                if (returned.delete(messageId)) {
+                  return failWith("returned")
+                }
                 resume(Effect.void)
               },
             )
@@ -404,7 +433,9 @@ export const make = (
             awaitingConfirm.delete(messageId)
             failWith("closed")
           }
-          return Effect.sync(() => void awaitingConfirm.delete(messageId))
+          return Effect.sync(() =>
+            void awaitingConfirm.delete(messageId)
+          )
         }))
 
     const stopIntake = Effect.suspend(() => {
@@ -418,8 +449,7 @@ export const make = (
         // Delivered but never taken: give them back now rather than when the channel closes.
         Effect.zipRight(Queue.takeAll(inbox)),
         Effect.flatMap((untaken) =>
-          Effect.forEach(untaken, (d) =>
-            Effect.ignore(d.requeue), { discard: true })
+          Effect.forEach(untaken, (d) => Effect.ignore(d.requeue), { discard: true })
         ),
         Effect.zipRight(Queue.shutdown(inbox)),
       )
@@ -438,15 +468,30 @@ export const make = (
       ),
       publish,
       setCapacity: (n) =>
-        Effect.suspend(() => {
+        resizing.withPermits(1)(Effect.suspend(() => {
           capacity = n
-          const c = consumer
-          return c === undefined
-            ? Effect.void
-            : Effect.ignore(Effect.promise(() => c.channel.prefetch(n).catch(() => undefined)))
-        }),
+          const target = consuming
+          // Without a channel, or with intake stopped, the next connection applies it.
+          if (target === undefined || intakeStopped) return Effect.void
+          return cancelConsumer.pipe(
+            Effect.zipRight(n === 0 || intakeStopped ? Effect.void : consumeOn(target)),
+            Effect.ignore,
+          )
+        })),
       stopIntake,
       status,
+      readyCount: Effect.flatMap(
+        Effect.mapError(
+          sessionNow,
+          () => new TransportError({ reason: "closed", message: "Not connected to the broker" }),
+        ),
+        ({ publisher }) =>
+          tryPromise(() => publisher.checkQueue(options.inQueue), (e) =>
+            new TransportError({
+              reason: "declare",
+              message: `Checking "${options.inQueue}" failed: ${describe(e)}`,
+            })).pipe(Effect.map((ok) => ok.messageCount)),
+      ),
     })
   })
 

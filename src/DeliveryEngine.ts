@@ -23,6 +23,7 @@ import {
   Scope,
 } from "effect"
 import type { YieldWrap } from "effect/Utils"
+import * as Concurrency from "./Concurrency.ts"
 import * as Decision from "./Decision.ts"
 import { formatIssues } from "./internal/issues.ts"
 import * as Timers from "./internal/timers.ts"
@@ -61,6 +62,13 @@ export class DeliveryEngine
     readonly awaitIdle: Effect.Effect<void>
     /** Interrupts every delivery in hand: each requeues itself (`shutdown_requeued`). */
     readonly interruptAll: Effect.Effect<void>
+    /**
+     * Sets the number of tasks run at once, and the prefetch: growing grants capacity at once;
+     * shrinking starts no task until enough running ones settle; `0` pauses intake.
+     */
+    readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
+    /** The number of tasks run at once now. */
+    readonly concurrency: Effect.Effect<number>
   }>() {}
 
 /** What the handler's run came to. */
@@ -90,6 +98,12 @@ interface Known {
   taskId?: string
   attempt?: number
   deliveryLimit?: number
+  congestion?: boolean
+}
+
+/** The slot a delivery's task holds, once it has one. */
+interface Held {
+  ticket?: number
 }
 
 const encoder = new TextEncoder()
@@ -222,6 +236,12 @@ export const make = <A, I, O, R>(
     const timeoutMillis = Duration.toMillis(settings.taskTimeout)
     let warnedClassic = false
     let inFlight = 0
+    let poolSize = 0
+    const limiter = yield* Concurrency.makeLimiter(
+      worker.policy,
+      settings.concurrency,
+      worker.weight,
+    )
     let closing = false
 
     const conclude = (
@@ -468,6 +488,7 @@ export const make = <A, I, O, R>(
           return yield* checkedCode(known, result.code, result.message)
         case "Retry": {
           const error = result.error
+          if (error.congestion === true) known.congestion = true
           if (known.attempt! < known.deliveryLimit!) {
             const requeue: Plan = {
               _tag: "Requeue",
@@ -607,10 +628,15 @@ export const make = <A, I, O, R>(
       known: Known,
       slot: Slot,
       restore: Restore,
+      held: Held,
     ): Steps<Plan> {
       if (!warnedClassic && delivery.redeliveries._tag === "Flagged") {
         yield* warnClassicOnce(delivery)
       }
+      // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
+      const slotted = yield* Effect.exit(restore(limiter.acquire))
+      if (Exit.isFailure(slotted)) return yield* shutdownOrBroken(known, slotted.cause)
+      held.ticket = slotted.value
       const started = yield* Effect.exit(restore(publishStarted(delivery, envelope, known)))
       if (Exit.isFailure(started)) return yield* shutdownOrBroken(known, started.cause)
       if (started.value !== undefined) return started.value
@@ -639,6 +665,7 @@ export const make = <A, I, O, R>(
       Effect.gen(function* () {
         WorkerMetrics.tasksInFlight.unsafeUpdate(++inFlight, [])
         const known: Known = {}
+        const held: Held = {}
         let first: ReturnType<typeof prelude> | undefined
         let plan: Plan
         try {
@@ -655,10 +682,11 @@ export const make = <A, I, O, R>(
             }),
           )
           plan = first._tag === "Run"
-            ? yield* run(delivery, first.envelope, first.input, known, slot, restore)
+            ? yield* run(delivery, first.envelope, first.input, known, slot, restore, held)
             : first
         }
         const decision = yield* settle(delivery, plan!)
+        if (held.ticket !== undefined) yield* limiter.release(held.ticket, decision)
         keep?.(decision)
         WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
         yield* Decision.log(decision)
@@ -679,8 +707,11 @@ export const make = <A, I, O, R>(
               const next = yield* restore(transport.take)
               if (Option.isNone(next)) return
               yield* process(next.value, slot, restore)
+              // Above a lowered target, a pool fiber retires once its task is settled.
+              if (poolSize > Math.max(1, limiter.target())) return
             }
           }).pipe(
+            Effect.ensuring(Effect.sync(() => void poolSize--)),
             // Kept: when the last pool fiber fails, `awaitEmpty` may win `run`'s race first.
             Effect.tapErrorCause((cause) =>
               Effect.sync(() => {
@@ -691,8 +722,17 @@ export const make = <A, I, O, R>(
           )
         })
       )
+      poolSize++
       return FiberSet.run(fibers, loop).pipe(Effect.asVoid)
     })
+    /** Pool fibers up to the target (one at least, so that the pool lives through a pause). */
+    const grow = Effect.suspend(() => {
+      const missing = Math.max(1, limiter.target()) - poolSize
+      return closing || missing <= 0 ? Effect.void : Effect.repeatN(spawn, missing - 1)
+    })
+    limiter.onChange((target) =>
+      Effect.zipRight(transport.setCapacity(target), poolSize < target ? grow : Effect.void)
+    )
 
     return DeliveryEngine.of({
       handle: (delivery) =>
@@ -713,7 +753,7 @@ export const make = <A, I, O, R>(
           )
         }),
       run: Effect.gen(function* () {
-        for (let i = 0; i < settings.concurrency; i++) yield* spawn
+        yield* grow
         yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
         if (failure !== undefined) return yield* Effect.failCause(failure)
       }),
@@ -723,6 +763,8 @@ export const make = <A, I, O, R>(
           Effect.flatMap((size) => (size === 0 ? Effect.void : FiberSet.awaitEmpty(fibers))),
         )
       ),
+      setConcurrency: (n) => Effect.flatMap(Concurrency.validate(n), limiter.setTarget),
+      concurrency: Effect.sync(() => limiter.target()),
       interruptAll: Effect.suspend(() => {
         closing = true
         return FiberSet.clear(fibers)

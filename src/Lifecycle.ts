@@ -37,7 +37,7 @@ import * as Settings from "./Settings.ts"
 import { type ConnectionStatus, Transport } from "./Transport.ts"
 import type * as Worker from "./Worker.ts"
 import * as WorkerModule from "./Worker.ts"
-import { ProbeError, type TransportError } from "./WorkerError.ts"
+import { type IdleHookError, ProbeError, type TransportError } from "./WorkerError.ts"
 
 /**
  * Where the process is in its life.
@@ -372,7 +372,10 @@ export const run = <A, I, O, R>(
           yield* Effect.logInfo(
             `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
           )
-          const done: Effect.Effect<void, TransportError | JobMode.BrokerUnreachable> = job
+          const ended: Effect.Effect<
+            void,
+            TransportError | IdleHookError | JobMode.BrokerUnreachable
+          > = job
             ? Effect.raceFirst(
               Effect.raceFirst(
                 running.await,
@@ -387,7 +390,8 @@ export const run = <A, I, O, R>(
               JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
             )
             : running.await
-          yield* done
+          // `worker.stop()` ends the worker as a signal would.
+          yield* Effect.raceFirst(ended, running.stopRequested)
           return 0 as const
         }).pipe(
           Effect.catchAll((error) => {
@@ -398,6 +402,7 @@ export const run = <A, I, O, R>(
                   1 as const,
                 )
               case "BrokerUnreachable":
+              case "IdleHookError":
                 return Effect.as(Effect.logError(error.message), 1 as const)
               case "TransportError":
                 // The transport has logged it; refused credentials or a conflicting queue are

@@ -206,6 +206,7 @@ export const make = (
             Effect.zipRight(consumer.inbox.shutdown),
           ),
           status,
+          readyCount: Effect.sync(() => core.readyCount(o.inQueue)),
         })
       })
 

@@ -99,6 +99,8 @@ export class Transport extends Context.Tag("@async-task/worker/Transport")<Trans
   readonly stopIntake: Effect.Effect<void>
   /** The connection's state, for readiness. */
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
+  /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
+  readonly readyCount?: Effect.Effect<number, TransportError> | undefined
 }>() {}
 
 /**

@@ -5,7 +5,19 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Duration, Effect, Fiber, Layer, Option, Schema } from "effect"
+import {
+  Clock,
+  Deferred,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  Option,
+  Schedule,
+  Schema,
+  SubscriptionRef,
+} from "effect"
+import type * as Concurrency from "./Concurrency.ts"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
 import * as Hooks from "./internal/hooks.ts"
@@ -15,8 +27,9 @@ import * as Process from "./Process.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import type { TaskContext } from "./TaskContext.ts"
-import type { Transport } from "./Transport.ts"
-import { type TransportError, WorkerDefinitionError } from "./WorkerError.ts"
+import { Transport } from "./Transport.ts"
+import type { ConcurrencyError } from "./Concurrency.ts"
+import { IdleHookError, type TransportError, WorkerDefinitionError } from "./WorkerError.ts"
 
 /**
  * A handler: an Effect (failing with `FatalError` or `RetryableError`, and requiring `R`), or
@@ -46,8 +59,19 @@ export interface WorkerDefinition<A, I, O, R> {
   readonly output: Schema.Schema<O, any>
   /** The handler's time limit (`WORKER_TASK_TIMEOUT_S` overrides it). */
   readonly timeout: Duration.DurationInput
-  /** Tasks run at once by default (`WORKER_CONCURRENCY` overrides it). */
-  readonly concurrency?: number | undefined
+  /**
+   * Tasks run at once: a number (`WORKER_CONCURRENCY` overrides it), `Concurrency.adaptive(…)`
+   * or a `Concurrency.pool(…)` shared with other workers.
+   */
+  readonly concurrency?: Concurrency.Policy | undefined
+  /** The slots of a pool one task takes (default 1). */
+  readonly weight?: number | undefined
+  /**
+   * Called once when, after the worker started consuming, no delivery is in hand and the input
+   * queue has had no ready message for a second (polled every 250 ms); never while a task runs
+   * or during shutdown. A failure ends the worker with that failure.
+   */
+  readonly onIdle?: Hook<R> | undefined
   readonly handler: Handler<A, O, R>
   /** Run in order before the worker consumes; a failure stops the process with exit 1. */
   readonly onStartup?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
@@ -85,8 +109,21 @@ export interface Worker<A, I, O, R> {
   readonly input: Schema.Schema<A, I>
   readonly output: Schema.Schema<O, any>
   readonly timeout: Duration.Duration
+  /** The initial number of tasks run at once, when the definition gives one. */
   readonly concurrency: number | undefined
+  readonly policy: Concurrency.Policy | undefined
+  readonly weight: number
+  readonly onIdle: Hook<R> | undefined
   readonly handler: Handler<A, O, R>
+  /**
+   * Sets the concurrency of every running instance of this worker (see
+   * {@link RunningWorker.setConcurrency}); rejects with a `ConcurrencyError` on an invalid value.
+   */
+  readonly setConcurrency: (n: number) => Promise<void>
+  /** Stops every running instance of this worker as a signal would: a drain within the grace. */
+  readonly stop: () => Promise<void>
+  /** The running instances, for the two methods above. */
+  readonly instances: Set<RunningWorker>
   readonly onStartup: ReadonlyArray<Hook<R>>
   readonly onShutdown: ReadonlyArray<Hook<R>>
   readonly readiness: Readonly<Record<string, Hook<R>>>
@@ -161,11 +198,24 @@ export const validate = <A, I, O, R>(
         `The worker "${d.name}" needs a finite, positive timeout, such as "30 seconds".`,
       )
     }
+    const policy = d.concurrency
     if (
-      d.concurrency !== undefined &&
-      (!Number.isInteger(d.concurrency) || d.concurrency < 1 || d.concurrency > 2 ** 31 - 1)
+      typeof policy !== "object" && policy !== undefined &&
+      (!Number.isInteger(policy) || policy < 1 || policy > 2 ** 31 - 1)
     ) {
       return problem(`The worker "${d.name}" has a concurrency that is not a positive integer.`)
+    }
+    const weight = d.weight ?? 1
+    if (
+      !Number.isInteger(weight) || weight < 1 ||
+      (typeof policy === "object" && policy._tag === "Pool" && weight > policy.capacity)
+    ) {
+      return problem(
+        `The worker "${d.name}" has a weight that is not a positive integer within its pool's capacity.`,
+      )
+    }
+    if (d.onIdle !== undefined && !Hooks.isHook(d.onIdle)) {
+      return problem(`The worker "${d.name}" has an onIdle that is not an Effect or a function.`)
     }
     const onStartup = hookList(d.onStartup)
     const onShutdown = hookList(d.onShutdown)
@@ -190,13 +240,30 @@ export const validate = <A, I, O, R>(
         )
       }
     }
+    const instances = new Set<RunningWorker>()
     return Effect.succeed({
       _tag: "Worker" as const,
+      instances,
+      setConcurrency: (n: number) =>
+        Effect.runPromise(
+          Effect.forEach(instances, (running) => running.setConcurrency(n), { discard: true }),
+        ),
+      stop: () =>
+        Effect.runPromise(Effect.forEach(instances, (running) => running.stop, { discard: true })),
       name: d.name,
       input: d.input,
       output: d.output,
       timeout: timeout.value,
-      concurrency: d.concurrency,
+      concurrency: typeof policy === "number"
+        ? policy
+        : policy?._tag === "Adaptive"
+        ? policy.initial
+        : policy?._tag === "Pool"
+        ? Math.floor(policy.capacity / weight)
+        : undefined,
+      policy: typeof policy === "object" ? policy : undefined,
+      weight,
+      onIdle: d.onIdle,
       handler: d.handler,
       onStartup: onStartup ?? [],
       onShutdown: onShutdown ?? [],
@@ -230,8 +297,23 @@ export interface RunningWorker {
   readonly drain: Drain.Drain["Type"]["drain"]
   /** Deliveries in hand. */
   readonly inFlight: Effect.Effect<number>
-  /** Completes when intake has stopped and every delivery is settled; fails if the transport does. */
-  readonly await: Effect.Effect<void, TransportError>
+  /**
+   * Completes when intake has stopped and every delivery is settled; fails if the transport
+   * does, or the `onIdle` hook.
+   */
+  readonly await: Effect.Effect<void, TransportError | IdleHookError>
+  /**
+   * Changes the number of tasks run at once without cancelling any: growing grants capacity at
+   * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
+   * RabbitMQ this is the prefetch too.
+   */
+  readonly setConcurrency: (n: number) => Effect.Effect<void, ConcurrencyError>
+  /** The number of tasks run at once now. */
+  readonly concurrency: Effect.Effect<number>
+  /** Asks the worker to stop: whoever runs it drains it (`Worker.run` exits 0). */
+  readonly stop: Effect.Effect<void>
+  /** Completes when {@link RunningWorker.stop} has been called. */
+  readonly stopRequested: Effect.Effect<void>
 }
 
 /**
@@ -245,6 +327,40 @@ export const layerServices: Layer.Layer<
   never,
   Settings | Transport
 > = Layer.merge(ProgressThrottle.layer, LeaseRenewal.layer)
+
+/** The quiet the `onIdle` hook waits for, and how often it looks. */
+const IDLE_QUIET = Duration.seconds(1)
+const IDLE_POLL = Duration.millis(250)
+
+/**
+ * Runs `hook` once, when no delivery has been in hand and the input queue has had no ready
+ * message for {@link IDLE_QUIET} without a break, outside a drain.
+ */
+const watchIdle = <R>(
+  hook: Hook<R>,
+  inFlight: Effect.Effect<number>,
+  transport: Transport["Type"],
+  draining: () => boolean,
+): Effect.Effect<void, IdleHookError, R> =>
+  Effect.gen(function* () {
+    let quietSince: number | undefined
+    const quietLongEnough = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const ready = transport.readyCount === undefined
+        ? 0
+        : yield* Effect.orElseSucceed(transport.readyCount, () => -1)
+      const quiet = !draining() && (yield* inFlight) === 0 && ready === 0 &&
+        (yield* SubscriptionRef.get(transport.status)) === "connected"
+      if (!quiet) quietSince = undefined
+      else quietSince ??= now
+      return quietSince !== undefined && now - quietSince >= Duration.toMillis(IDLE_QUIET)
+    })
+    yield* quietLongEnough.pipe(
+      Effect.repeat({ schedule: Schedule.spaced(IDLE_POLL), until: (quiet) => quiet }),
+    )
+    if (draining()) return
+    yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new IdleHookError({ cause })))
+  })
 
 /**
  * Starts consuming in the current scope and returns the running worker. Closing the scope
@@ -268,11 +384,30 @@ export const start = <A, I, O, R>(
         Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause)),
       ),
     )
-    return {
-      drain: drain.drain,
+    let draining = false
+    const idle = worker.onIdle === undefined ? Effect.never : yield* Effect.forkScoped(
+      watchIdle(worker.onIdle, engine.inFlight, yield* Transport, () => draining),
+    ).pipe(Effect.map(Fiber.join))
+    const stopped = yield* Deferred.make<void>()
+    const running: RunningWorker = {
+      drain: (options) =>
+        Effect.suspend(() => {
+          draining = true
+          return drain.drain(options)
+        }),
       inFlight: engine.inFlight,
-      await: Fiber.join(consuming).pipe(Effect.zipRight(engine.awaitIdle)),
+      await: Effect.raceFirst(
+        Fiber.join(consuming).pipe(Effect.zipRight(engine.awaitIdle)),
+        Effect.zipRight(idle, Effect.never),
+      ),
+      setConcurrency: engine.setConcurrency,
+      concurrency: engine.concurrency,
+      stop: Deferred.succeed(stopped, undefined).pipe(Effect.asVoid),
+      stopRequested: Deferred.await(stopped),
     }
+    worker.instances.add(running)
+    yield* Effect.addFinalizer(() => Effect.sync(() => worker.instances.delete(running)))
+    return running
   }).pipe(Effect.annotateLogs({ service: worker.name }))
 
 /**
@@ -284,11 +419,11 @@ export const start = <A, I, O, R>(
  */
 export const serve = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
-): Effect.Effect<void, TransportError, Settings | Transport | R> =>
+): Effect.Effect<void, TransportError | IdleHookError, Settings | Transport | R> =>
   Effect.scoped(Effect.gen(function* () {
     const running = yield* start(worker)
     yield* Effect.addFinalizer(() => running.drain())
-    return yield* running.await
+    return yield* Effect.raceFirst(running.await, running.stopRequested)
   }))
 
 /**

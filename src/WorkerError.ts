@@ -135,3 +135,20 @@ export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
   readonly reason: "bind"
   readonly message: string
 }> {}
+
+/**
+ * The worker's `onIdle` hook failed: the worker ends with this error.
+ *
+ * @since 0.1.0
+ * @category hook errors
+ */
+export class IdleHookError extends Data.TaggedError("IdleHookError")<{
+  readonly cause: unknown
+}> {
+  override get message(): string {
+    const cause = this.cause
+    return `The onIdle hook failed: ${
+      cause instanceof Error ? `${cause.name}: ${cause.message}` : "a non-Error value"
+    }`
+  }
+}

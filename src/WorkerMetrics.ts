@@ -311,3 +311,13 @@ export const gcDuration = Metric.histogram(
   MetricBoundaries.fromIterable([0.001, 0.01, 0.1, 1, 2, 5]),
   "Garbage collection duration by kind, in seconds",
 )
+
+/**
+ * The adaptive concurrency's current target.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const concurrencyTarget = Metric.gauge("worker_concurrency_target", {
+  description: "The adaptive concurrency's current target",
+})

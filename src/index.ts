@@ -5,6 +5,8 @@
 /** @since 0.1.0 */
 export * as AmqpTransport from "./AmqpTransport.ts"
 /** @since 0.1.0 */
+export * as Concurrency from "./Concurrency.ts"
+/** @since 0.1.0 */
 export * as Decision from "./Decision.ts"
 /** @since 0.1.0 */
 export * as DeliveryEngine from "./DeliveryEngine.ts"
@@ -45,6 +47,7 @@ export * as WorkerMetrics from "./WorkerMetrics.ts"
 /** @since 0.1.0 */
 export {
   FatalError,
+  IdleHookError,
   LeaseLost,
   ProbeError,
   ProbeServerError,

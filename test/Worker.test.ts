@@ -6,7 +6,12 @@ import * as Settings from "../src/Settings.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import type { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
-import { RetryableError, type TransportError, WorkerDefinitionError } from "../src/WorkerError.ts"
+import {
+  type IdleHookError,
+  RetryableError,
+  type TransportError,
+  WorkerDefinitionError,
+} from "../src/WorkerError.ts"
 
 const Text = Schema.Struct({ text: Schema.String })
 const Words = Schema.Struct({ words: Schema.Number })
@@ -283,11 +288,15 @@ describe("Worker", () => {
       expect(exact).toBe(true)
       const served: Effect.Effect<
         void,
-        TransportError,
+        TransportError | IdleHookError,
         Settings.Settings | Transport | Dictionary
       > = Worker.serve(dictionaryWorker)
       // @ts-expect-error: Worker.serve needs the handler's Dictionary too
-      const unprovided: Effect.Effect<void, TransportError, Settings.Settings | Transport> = served
+      const unprovided: Effect.Effect<
+        void,
+        TransportError | IdleHookError,
+        Settings.Settings | Transport
+      > = served
       expect(Effect.isEffect(unprovided)).toBe(true)
     })
 

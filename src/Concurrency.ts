@@ -1,0 +1,233 @@
+/**
+ * How many tasks a worker runs at once: a fixed number, an adaptive target (additive increase,
+ * multiplicative decrease on congestion), or slots of a pool shared by several workers. The
+ * engine asks its {@link Limiter} for a slot before each task starts and gives it back when the
+ * task is settled; the target can change at run time without touching running tasks.
+ *
+ * @since 0.1.0
+ */
+import { Data, Effect, Metric } from "effect"
+import type { Decision } from "./Decision.ts"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
+
+/**
+ * An invalid concurrency: negative, not an integer, or above 2^31 − 1.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
+  readonly value: unknown
+}> {
+  override get message(): string {
+    return `A concurrency must be an integer from 0 to ${MAX}, got ${String(this.value)}`
+  }
+}
+
+const MAX = 2 ** 31 - 1
+
+/**
+ * Checks a concurrency target (0 pauses intake).
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const validate = (n: unknown): Effect.Effect<number, ConcurrencyError> =>
+  typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= MAX
+    ? Effect.succeed(n)
+    : Effect.fail(new ConcurrencyError({ value: n }))
+
+/**
+ * Adaptive concurrency: after `window` successes in a row (default: the current target) the
+ * target grows by one; a task that ends with `RetryableError({ congestion: true })` (or a time
+ * out, with `decreaseOnTimeout`) multiplies it by `decrease` (default 0.5). Never below `min`
+ * nor above `max`; running tasks are never cancelled.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Adaptive {
+  readonly _tag: "Adaptive"
+  readonly min: number
+  readonly max: number
+  readonly initial: number
+  readonly window: number | undefined
+  readonly decrease: number
+  readonly decreaseOnTimeout: boolean
+}
+
+/**
+ * Slots shared by the workers of one process: a task of weight `w` takes `w` slots, and a slot
+ * one worker frees can go to another. Workers of one pool never run more than `capacity` slots'
+ * worth of tasks together.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Pool {
+  readonly _tag: "Pool"
+  readonly capacity: number
+  readonly slots: Effect.Semaphore
+}
+
+/**
+ * What a worker definition says about its concurrency.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Policy = number | Adaptive | Pool
+
+/**
+ * Makes an adaptive policy.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const adaptive = (options: {
+  readonly min: number
+  readonly max: number
+  readonly initial?: number | undefined
+  readonly window?: number | undefined
+  readonly decrease?: number | undefined
+  readonly decreaseOnTimeout?: boolean | undefined
+}): Adaptive => {
+  const { max, min } = options
+  const initial = options.initial ?? min
+  if (
+    !Number.isInteger(min) || !Number.isInteger(max) || !Number.isInteger(initial) || min < 1 ||
+    max < min || max > MAX || initial < min || initial > max
+  ) {
+    throw new ConcurrencyError({ value: { min, max, initial } })
+  }
+  const decrease = options.decrease ?? 0.5
+  if (!(decrease > 0 && decrease < 1)) throw new ConcurrencyError({ value: { decrease } })
+  if (options.window !== undefined && !(Number.isInteger(options.window) && options.window >= 1)) {
+    throw new ConcurrencyError({ value: { window: options.window } })
+  }
+  return {
+    _tag: "Adaptive",
+    min,
+    max,
+    initial,
+    window: options.window,
+    decrease,
+    decreaseOnTimeout: options.decreaseOnTimeout ?? false,
+  }
+}
+
+/**
+ * Makes a pool, to give to several workers' definitions.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const pool = (options: { readonly capacity: number }): Pool => {
+  if (!Number.isInteger(options.capacity) || options.capacity < 1 || options.capacity > MAX) {
+    throw new ConcurrencyError({ value: options.capacity })
+  }
+  return {
+    _tag: "Pool",
+    capacity: options.capacity,
+    slots: Effect.unsafeMakeSemaphore(options.capacity),
+  }
+}
+
+/**
+ * A worker's slots: its own target, and its pool's when it has one.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Limiter {
+  /** The target now: tasks this worker may run at once (and its prefetch). */
+  readonly target: () => number
+  /** Waits for a slot; returns a ticket to give back with {@link Limiter.release}. */
+  readonly acquire: Effect.Effect<number>
+  /** Gives the slot back, with the delivery's decision (adaptive feedback). */
+  readonly release: (ticket: number, decision: Decision) => Effect.Effect<void>
+  /** Sets the target (clamped to an adaptive policy's bounds); running tasks go on. */
+  readonly setTarget: (n: number) => Effect.Effect<void>
+  /** Runs `listener` with each new target, whoever changed it (to follow with the prefetch). */
+  readonly onChange: (listener: (target: number) => Effect.Effect<void>) => void
+}
+
+/**
+ * The limiter of a worker with `policy`, starting at `initial` (the settings' concurrency) and
+ * taking `weight` slots of a pool per task.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeLimiter = (
+  policy: Policy | undefined,
+  initial: number,
+  weight = 1,
+): Effect.Effect<Limiter> =>
+  Effect.gen(function* () {
+    const adaptivePolicy = typeof policy === "object" && policy._tag === "Adaptive"
+      ? policy
+      : undefined
+    const pooled = typeof policy === "object" && policy._tag === "Pool" ? policy : undefined
+    const clamp = (n: number) =>
+      adaptivePolicy === undefined
+        ? n
+        : Math.min(adaptivePolicy.max, Math.max(adaptivePolicy.min, n))
+    let target = clamp(initial)
+    const own = yield* Effect.makeSemaphore(target)
+    const listeners: Array<(target: number) => Effect.Effect<void>> = []
+    // Adaptive state: successes in a row, and the ticket before which a congestion signal is
+    // an echo of a decrease already made (those tasks started before it).
+    let tickets = 0
+    let successes = 0
+    let decreasedAt = 0
+
+    const apply = (n: number) =>
+      Effect.suspend(() => {
+        if (n === target) return Effect.void
+        target = n
+        if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.unsafeUpdate(n, [])
+        return Effect.zipRight(
+          own.resize(n),
+          Effect.forEach(listeners, (listener) => listener(n), { discard: true }),
+        )
+      })
+    if (adaptivePolicy !== undefined) {
+      yield* Metric.set(WorkerMetrics.concurrencyTarget, target)
+    }
+
+    const feedback = (ticket: number, decision: Decision): Effect.Effect<void> => {
+      if (adaptivePolicy === undefined) return Effect.void
+      const congested = decision.congestion === true ||
+        (adaptivePolicy.decreaseOnTimeout && decision.code === "TASK_TIMEOUT")
+      if (congested) {
+        successes = 0
+        if (ticket < decreasedAt) return Effect.void
+        decreasedAt = tickets
+        return apply(clamp(Math.floor(target * adaptivePolicy.decrease)))
+      }
+      if (decision.outcome !== "success") return Effect.void
+      successes += 1
+      if (successes < (adaptivePolicy.window ?? target)) return Effect.void
+      successes = 0
+      return apply(clamp(target + 1))
+    }
+
+    return {
+      target: () => target,
+      acquire: pooled === undefined ? Effect.map(own.take(1), () => ++tickets) : own.take(1).pipe(
+        Effect.zipRight(pooled.slots.take(weight).pipe(Effect.onInterrupt(() => own.release(1)))),
+        Effect.map(() => ++tickets),
+      ),
+      release: (ticket, decision) =>
+        Effect.zipRight(
+          pooled === undefined ? own.release(1) : Effect.zipRight(
+            pooled.slots.release(weight),
+            own.release(1),
+          ),
+          feedback(ticket, decision),
+        ),
+      setTarget: (n) => apply(clamp(n)),
+      onChange: (listener) => void listeners.push(listener),
+    }
+  })
