@@ -64,6 +64,9 @@ export interface AmqpTransportOptions {
  */
 export const CLOSE_STEP_TIMEOUT = Duration.seconds(5)
 
+/** Consumers kept on one channel by successive grows before they are merged into one. */
+const MAX_CONSUMERS = 16
+
 /** The URL without its password, for messages and logs. */
 export const redactUrl = (url: string): string => {
   try {
@@ -182,7 +185,12 @@ export const make = (
     const sessionReady = yield* Ref.make(yield* Deferred.make<Session>())
     let intakeStopped = false
     let capacity = options.capacity
-    let consumer: { readonly channel: Amqp.Channel; readonly tag: string } | undefined
+    // The consumers on the consumer channel, each with its own prefetch: their sum is the
+    // capacity. A prefetch only applies to consumers made after it, and a cancelled consumer's
+    // deliveries stop counting against any window, so a resize adds or cancels consumers.
+    let consumers: Array<
+      { readonly channel: Amqp.Channel; readonly tag: string; readonly prefetch: number }
+    > = []
     let consuming: Consuming | undefined
     const resizing = yield* Effect.makeSemaphore(1)
     let sequence = 0
@@ -190,29 +198,32 @@ export const make = (
     const tryPromise = <A>(f: () => Promise<A>, onError: (e: unknown) => TransportError) =>
       Effect.tryPromise({ try: f, catch: onError })
 
-    const cancelConsumer = Effect.suspend(() => {
-      const c = consumer
-      consumer = undefined
-      if (c === undefined) return Effect.void
+    const cancelOne = (c: (typeof consumers)[number]) =>
       // Waiting for cancel-ok means every ack sent before it has reached the broker.
-      return tryPromise(() => c.channel.cancel(c.tag), (e) =>
-        new TransportError({ reason: "closed", message: describe(e) })).pipe(
-          Effect.interruptible,
-          Effect.timeout(CLOSE_STEP_TIMEOUT),
-          Effect.ignore,
-        )
+      tryPromise(
+        () => c.channel.cancel(c.tag),
+        (e) => new TransportError({ reason: "closed", message: describe(e) }),
+      ).pipe(
+        Effect.interruptible,
+        Effect.timeout(CLOSE_STEP_TIMEOUT),
+        Effect.ignore,
+      )
+
+    const cancelConsumer = Effect.suspend(() => {
+      const all = consumers
+      consumers = []
+      return Effect.forEach(all, cancelOne, { concurrency: "unbounded", discard: true })
     })
 
-    /**
-     * Consumes on the session's consumer channel with the current capacity as prefetch: at
-     * connection, and again at each change of capacity (a prefetch applies to consumers made
-     * after it, so a running one is cancelled, its cancel-ok awaited, and a new one made).
-     */
-    const consumeOn = (target: Consuming) =>
+    /** Adds a consumer with `prefetch` on the session's consumer channel. */
+    const consumeOn = (target: Consuming, prefetch: number) =>
       Effect.gen(function* () {
         const { channel, ended, leases } = target
-        yield* tryPromise(() =>
-          channel.prefetch(capacity), (e) => connectError(e, url))
+        // AMQP's prefetch count is 16 bits: a larger window is as good as unbounded here.
+        yield* tryPromise(
+          () => channel.prefetch(Math.min(prefetch, 65_535)),
+          (e) => connectError(e, url),
+        )
         const { consumerTag } = yield* tryPromise(
           () =>
             channel.consume(options.inQueue, (message) => {
@@ -237,39 +248,63 @@ export const make = (
               message: `Consuming "${options.inQueue}" failed: ${describe(e)}`,
             }),
         )
-        consumer = { channel, tag: consumerTag }
+        const made = { channel, tag: consumerTag, prefetch }
+        // Intake stopped while the broker was making it: `stopIntake` could not cancel it.
+        if (intakeStopped) yield* cancelOne(made)
+        else consumers.push(made)
+      })
+
+    /**
+     * Brings the consumers' windows to `capacity`: growing adds a consumer with the difference
+     * (the deliveries in hand keep counting against their own consumers' windows); shrinking
+     * cancels the newest consumers (cancel-ok awaited) until the windows fit, then tops up with
+     * one consumer. Past {@link MAX_CONSUMERS}, they are replaced by one consumer of `capacity`.
+     */
+    const resize = (target: Consuming) =>
+      Effect.gen(function* () {
+        let window = consumers.reduce((sum, c) => sum + c.prefetch, 0)
+        if (capacity > window && consumers.length >= MAX_CONSUMERS) {
+          yield* cancelConsumer
+          window = 0
+        }
+        while (window > capacity) {
+          const newest = consumers.pop()!
+          window -= newest.prefetch
+          yield* cancelOne(newest)
+        }
+        if (capacity > window && !intakeStopped) yield* consumeOn(target, capacity - window)
       })
 
     /** One connection's life: returns when the connection is lost. */
     const session = Effect.gen(function* () {
       const connection = yield* Effect.acquireRelease(
-        tryPromise(() =>
-          connect(url, { noDelay: true, timeout: 10_000 }), (e) =>
-          connectError(e, url)),
+        tryPromise(
+          () => connect(url, { noDelay: true, timeout: 10_000 }),
+          (e) => connectError(e, url),
+        ),
         (c) =>
-          Effect.promise(() =>
-            c.close().catch(() => undefined)
-          ).pipe(Effect.interruptible, Effect.timeout(CLOSE_STEP_TIMEOUT), Effect.ignore),
+          Effect.promise(() => c.close().catch(() => undefined)).pipe(
+            Effect.interruptible,
+            Effect.timeout(CLOSE_STEP_TIMEOUT),
+            Effect.ignore,
+          ),
       )
       const ended = yield* Deferred.make<void>()
       connection.on("error", () => {})
-      connection.on("close", () =>
-        Deferred.unsafeDone(ended, Effect.void))
+      connection.on("close", () => Deferred.unsafeDone(ended, Effect.void))
       // One channel for both declarations: a refused one closes it, and is a configuration error.
-      const declaring = yield* tryPromise(() =>
-        connection.createChannel(), (e) =>
-        connectError(e, url))
+      const declaring = yield* tryPromise(
+        () => connection.createChannel(),
+        (e) => connectError(e, url),
+      )
       declaring.on("error", () => {})
       for (const queue of [options.inQueue, options.outQueue]) {
-        yield* tryPromise(() =>
-          declaring.assertQueue(queue, { durable: true }), (e) =>
-          declareError(e, queue))
-      }
-      yield* Effect.promise(() =>
-        declaring.close().catch(() =>
-          undefined
+        yield* tryPromise(
+          () => declaring.assertQueue(queue, { durable: true }),
+          (e) => declareError(e, queue),
         )
-      )
+      }
+      yield* Effect.promise(() => declaring.close().catch(() => undefined))
       const publisher = yield* tryPromise(
         () => connection.createConfirmChannel(),
         (e) => connectError(e, url),
@@ -301,7 +336,7 @@ export const make = (
           Deferred.unsafeDone(ended, Effect.void)
         })
         consuming = { channel, leases, ended }
-        if (capacity > 0) yield* consumeOn(consuming)
+        yield* resizing.withPermits(1)(resize(consuming))
         // Runs after the cancel below. amqplib writes the connection's Close ahead of channel
         // frames still buffered, so acks sent last would be dropped with the connection: a
         // synchronous call on this channel answers only after the broker has read them, then
@@ -326,6 +361,7 @@ export const make = (
         Effect.all([
           Effect.sync(() => {
             consuming = undefined
+            consumers = []
           }),
           Ref.set(current, Option.none()),
           Deferred.make<Session>().pipe(Effect.flatMap((d) => Ref.set(sessionReady, d))),
@@ -433,9 +469,7 @@ export const make = (
             awaitingConfirm.delete(messageId)
             failWith("closed")
           }
-          return Effect.sync(() =>
-            void awaitingConfirm.delete(messageId)
-          )
+          return Effect.sync(() => void awaitingConfirm.delete(messageId))
         }))
 
     const stopIntake = Effect.suspend(() => {
@@ -449,7 +483,8 @@ export const make = (
         // Delivered but never taken: give them back now rather than when the channel closes.
         Effect.zipRight(Queue.takeAll(inbox)),
         Effect.flatMap((untaken) =>
-          Effect.forEach(untaken, (d) => Effect.ignore(d.requeue), { discard: true })
+          Effect.forEach(untaken, (d) =>
+            Effect.ignore(d.requeue), { discard: true })
         ),
         Effect.zipRight(Queue.shutdown(inbox)),
       )
@@ -473,10 +508,7 @@ export const make = (
           const target = consuming
           // Without a channel, or with intake stopped, the next connection applies it.
           if (target === undefined || intakeStopped) return Effect.void
-          return cancelConsumer.pipe(
-            Effect.zipRight(n === 0 || intakeStopped ? Effect.void : consumeOn(target)),
-            Effect.ignore,
-          )
+          return Effect.ignore(resize(target))
         })),
       stopIntake,
       status,

@@ -7,7 +7,6 @@
  * @since 0.1.0
  */
 import { Data, Effect, Metric } from "effect"
-import type { Decision } from "./Decision.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -134,6 +133,15 @@ export const pool = (options: { readonly capacity: number }): Pool => {
 }
 
 /**
+ * How a handler ended, as adaptive concurrency reads it: given back with the slot as soon as
+ * the handler returns, before any retry backoff, so that a decrease is not late.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type HandlerEnd = "success" | "congestion" | "timeout" | "other"
+
+/**
  * A worker's slots: its own target, and its pool's when it has one.
  *
  * @since 0.1.0
@@ -144,9 +152,9 @@ export interface Limiter {
   readonly target: () => number
   /** Waits for a slot; returns a ticket to give back with {@link Limiter.release}. */
   readonly acquire: Effect.Effect<number>
-  /** Gives the slot back, with the delivery's decision (adaptive feedback). */
-  readonly release: (ticket: number, decision: Decision) => Effect.Effect<void>
-  /** Sets the target (clamped to an adaptive policy's bounds); running tasks go on. */
+  /** Gives the slot back, saying how the handler ended (the adaptive policy's feedback). */
+  readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void>
+  /** Sets the target (a non-zero one clamped to an adaptive policy's bounds); running tasks go on. */
   readonly setTarget: (n: number) => Effect.Effect<void>
   /** Runs `listener` with each new target, whoever changed it (to follow with the prefetch). */
   readonly onChange: (listener: (target: number) => Effect.Effect<void>) => void
@@ -196,17 +204,17 @@ export const makeLimiter = (
       yield* Metric.set(WorkerMetrics.concurrencyTarget, target)
     }
 
-    const feedback = (ticket: number, decision: Decision): Effect.Effect<void> => {
+    const feedback = (ticket: number, ended: HandlerEnd): Effect.Effect<void> => {
       if (adaptivePolicy === undefined) return Effect.void
-      const congested = decision.congestion === true ||
-        (adaptivePolicy.decreaseOnTimeout && decision.code === "TASK_TIMEOUT")
+      const congested = ended === "congestion" ||
+        (adaptivePolicy.decreaseOnTimeout && ended === "timeout")
       if (congested) {
         successes = 0
-        if (ticket < decreasedAt) return Effect.void
+        if (ticket <= decreasedAt) return Effect.void
         decreasedAt = tickets
         return apply(clamp(Math.floor(target * adaptivePolicy.decrease)))
       }
-      if (decision.outcome !== "success") return Effect.void
+      if (ended !== "success") return Effect.void
       successes += 1
       if (successes < (adaptivePolicy.window ?? target)) return Effect.void
       successes = 0
@@ -215,19 +223,18 @@ export const makeLimiter = (
 
     return {
       target: () => target,
-      acquire: pooled === undefined ? Effect.map(own.take(1), () => ++tickets) : own.take(1).pipe(
+      acquire: (pooled === undefined ? own.take(1) : own.take(1).pipe(
         Effect.zipRight(pooled.slots.take(weight).pipe(Effect.onInterrupt(() => own.release(1)))),
-        Effect.map(() => ++tickets),
-      ),
-      release: (ticket, decision) =>
+      )).pipe(Effect.map(() => ++tickets)),
+      release: (ticket, ended) =>
         Effect.zipRight(
-          pooled === undefined ? own.release(1) : Effect.zipRight(
-            pooled.slots.release(weight),
-            own.release(1),
-          ),
-          feedback(ticket, decision),
+          pooled === undefined
+            ? own.release(1)
+            : Effect.zipRight(pooled.slots.release(weight), own.release(1)),
+          feedback(ticket, ended),
         ),
-      setTarget: (n) => apply(clamp(n)),
+      // 0 pauses an adaptive worker too; any other target keeps within its bounds.
+      setTarget: (n) => apply(n === 0 ? 0 : clamp(n)),
       onChange: (listener) => void listeners.push(listener),
     }
   })

@@ -46,8 +46,6 @@ export interface Decision {
   readonly deliveryLimit?: number | undefined
   /** The poison reason, or why a settlement failed. */
   readonly reason?: string | undefined
-  /** The handler signalled a saturated downstream (`RetryableError({ congestion: true })`). */
-  readonly congestion?: boolean | undefined
 }
 
 /**

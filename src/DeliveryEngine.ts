@@ -98,12 +98,24 @@ interface Known {
   taskId?: string
   attempt?: number
   deliveryLimit?: number
-  congestion?: boolean
+}
+
+const handlerEnd = (result: Result): Concurrency.HandlerEnd => {
+  switch (result._tag) {
+    case "Success":
+      return "success"
+    case "Retry":
+      return result.error.congestion === true ? "congestion" : "other"
+    case "Timeout":
+      return "timeout"
+    default:
+      return "other"
+  }
 }
 
 /** The slot a delivery's task holds, once it has one. */
 interface Held {
-  ticket?: number
+  ticket?: number | undefined
 }
 
 const encoder = new TextEncoder()
@@ -488,7 +500,6 @@ export const make = <A, I, O, R>(
           return yield* checkedCode(known, result.code, result.message)
         case "Retry": {
           const error = result.error
-          if (error.congestion === true) known.congestion = true
           if (known.attempt! < known.deliveryLimit!) {
             const requeue: Plan = {
               _tag: "Requeue",
@@ -642,6 +653,9 @@ export const make = <A, I, O, R>(
       if (started.value !== undefined) return started.value
       const startedAt = clock.unsafeCurrentTimeMillis()
       const result = yield* runHandler(envelope, input, known, delivery.lease, slot, restore)
+      // The slot is the handler's: given back before a retry's backoff or the conclusion.
+      yield* limiter.release(held.ticket!, handlerEnd(result))
+      held.ticket = undefined
       const plan = yield* afterHandler(result, known, restore)
       WorkerMetrics.taskDuration.unsafeUpdate(
         (clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
@@ -686,7 +700,7 @@ export const make = <A, I, O, R>(
             : first
         }
         const decision = yield* settle(delivery, plan!)
-        if (held.ticket !== undefined) yield* limiter.release(held.ticket, decision)
+        if (held.ticket !== undefined) yield* limiter.release(held.ticket, "other")
         keep?.(decision)
         WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
         yield* Decision.log(decision)
@@ -695,23 +709,38 @@ export const make = <A, I, O, R>(
 
     /**
      * A pool fiber: takes deliveries until intake stops; replaced if the engine stopped it.
-     * Uninterruptible but while it waits for a delivery (and where `process` restores).
+     * Uninterruptible but while it waits for a delivery (and where `process` restores). Forked
+     * on the engine's runtime, interruptible, whoever spawns it: a pool fiber growing the pool
+     * from its uninterruptible task, or `worker.setConcurrency` from a Promise.
      */
     let failure: Cause.Cause<TransportError> | undefined
+    /** Pool fibers waiting for a delivery. */
+    let idle = 0
+    const forkPool = yield* FiberSet.runtime(fibers)<never>()
     const spawn: Effect.Effect<void> = Effect.suspend(() => {
       const loop = Effect.uninterruptibleMask((restore) =>
         Effect.withFiberRuntime<void, TransportError>((fiber) => {
           const slot: Slot = { fiber, stopped: false }
+          let waiting = false
           return Effect.gen(function* () {
             for (;;) {
+              waiting = true
+              idle++
               const next = yield* restore(transport.take)
+              waiting = false
+              idle--
               if (Option.isNone(next)) return
+              // The pool grows as deliveries come, up to the target: one fiber always waits.
+              if (idle === 0) yield* grow
               yield* process(next.value, slot, restore)
               // Above a lowered target, a pool fiber retires once its task is settled.
               if (poolSize > Math.max(1, limiter.target())) return
             }
           }).pipe(
-            Effect.ensuring(Effect.sync(() => void poolSize--)),
+            Effect.ensuring(Effect.sync(() => {
+              poolSize--
+              if (waiting) idle--
+            })),
             // Kept: when the last pool fiber fails, `awaitEmpty` may win `run`'s race first.
             Effect.tapErrorCause((cause) =>
               Effect.sync(() => {
@@ -723,16 +752,18 @@ export const make = <A, I, O, R>(
         })
       )
       poolSize++
-      return FiberSet.run(fibers, loop).pipe(Effect.asVoid)
+      // Scheduled, as a fork is, rather than run here and now inside the spawning task.
+      return Effect.sync(() => void forkPool(Effect.interruptible(loop), { immediate: false }))
     })
-    /** Pool fibers up to the target (one at least, so that the pool lives through a pause). */
-    const grow = Effect.suspend(() => {
-      const missing = Math.max(1, limiter.target()) - poolSize
-      return closing || missing <= 0 ? Effect.void : Effect.repeatN(spawn, missing - 1)
-    })
-    limiter.onChange((target) =>
-      Effect.zipRight(transport.setCapacity(target), poolSize < target ? grow : Effect.void)
+    /**
+     * One more pool fiber when none waits for a delivery and the pool is below the target (one
+     * at least, so that the pool lives through a pause): fibers are made as deliveries come,
+     * not one per slot of a target that may be 2^31 − 1.
+     */
+    const grow = Effect.suspend(() =>
+      closing || idle > 0 || poolSize >= Math.max(1, limiter.target()) ? Effect.void : spawn
     )
+    limiter.onChange((target) => Effect.zipRight(transport.setCapacity(target), grow))
 
     return DeliveryEngine.of({
       handle: (delivery) =>

@@ -330,9 +330,7 @@ export const run = <A, I, O, R>(
           ...(options.versionFile === undefined ? {} : { versionFile: options.versionFile }),
         }))
         if (Either.isLeft(probes)) {
-          yield* process.writeErr(
-            `${probes.left.message}: set HEALTH_CHECK_HOST / HEALTH_CHECK_PORT`,
-          )
+          yield* process.writeErr(probes.left.message)
           return 2
         }
         yield* Effect.logInfo(

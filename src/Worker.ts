@@ -6,10 +6,12 @@
  */
 import type { Scope } from "effect"
 import {
+  Cause,
   Clock,
   Deferred,
   Duration,
   Effect,
+  Exit,
   Fiber,
   Layer,
   Option,
@@ -17,7 +19,7 @@ import {
   Schema,
   SubscriptionRef,
 } from "effect"
-import type * as Concurrency from "./Concurrency.ts"
+import * as Concurrency from "./Concurrency.ts"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
 import * as Hooks from "./internal/hooks.ts"
@@ -28,7 +30,6 @@ import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import type { TaskContext } from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
-import type { ConcurrencyError } from "./Concurrency.ts"
 import { IdleHookError, type TransportError, WorkerDefinitionError } from "./WorkerError.ts"
 
 /**
@@ -244,9 +245,15 @@ export const validate = <A, I, O, R>(
     return Effect.succeed({
       _tag: "Worker" as const,
       instances,
+      // Rejects with the ConcurrencyError itself (not a FiberFailure), running instances or not.
       setConcurrency: (n: number) =>
-        Effect.runPromise(
-          Effect.forEach(instances, (running) => running.setConcurrency(n), { discard: true }),
+        Effect.runPromiseExit(
+          Effect.zipRight(
+            Concurrency.validate(n),
+            Effect.forEach(instances, (running) => running.setConcurrency(n), { discard: true }),
+          ),
+        ).then((exit) =>
+          Exit.isSuccess(exit) ? undefined : Promise.reject(Cause.squash(exit.cause))
         ),
       stop: () =>
         Effect.runPromise(Effect.forEach(instances, (running) => running.stop, { discard: true })),
@@ -307,7 +314,7 @@ export interface RunningWorker {
    * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
    * RabbitMQ this is the prefetch too.
    */
-  readonly setConcurrency: (n: number) => Effect.Effect<void, ConcurrencyError>
+  readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
   /** The number of tasks run at once now. */
   readonly concurrency: Effect.Effect<number>
   /** Asks the worker to stop: whoever runs it drains it (`Worker.run` exits 0). */
@@ -334,24 +341,31 @@ const IDLE_POLL = Duration.millis(250)
 
 /**
  * Runs `hook` once, when no delivery has been in hand and the input queue has had no ready
- * message for {@link IDLE_QUIET} without a break, outside a drain.
+ * message for {@link IDLE_QUIET} without a break, outside a drain. `taken` counts the deliveries
+ * taken so far: one that came and went between two polls breaks the quiet too.
  */
 const watchIdle = <R>(
   hook: Hook<R>,
   inFlight: Effect.Effect<number>,
   transport: Transport["Type"],
   draining: () => boolean,
+  taken: () => number,
 ): Effect.Effect<void, IdleHookError, R> =>
   Effect.gen(function* () {
     let quietSince: number | undefined
+    let seen = taken()
     const quietLongEnough = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const ready = transport.readyCount === undefined
         ? 0
         : yield* Effect.orElseSucceed(transport.readyCount, () => -1)
+      const touched = seen !== taken()
+      seen = taken()
       const quiet = !draining() && (yield* inFlight) === 0 && ready === 0 &&
         (yield* SubscriptionRef.get(transport.status)) === "connected"
+      // A delivery taken since the last poll, and settled: the quiet begins now at the latest.
       if (!quiet) quietSince = undefined
+      else if (touched) quietSince = now
       else quietSince ??= now
       return quietSince !== undefined && now - quietSince >= Duration.toMillis(IDLE_QUIET)
     })
@@ -375,7 +389,18 @@ export const start = <A, I, O, R>(
 ): Effect.Effect<RunningWorker, never, Scope.Scope | Settings | Transport | R> =>
   Effect.gen(function* () {
     const context = yield* Layer.build(layerServices)
-    const engine = yield* DeliveryEngine.make(worker).pipe(Effect.provide(context))
+    const transport = yield* Transport
+    // With an onIdle hook, the deliveries taken are counted for it.
+    let taken = 0
+    const engine = yield* DeliveryEngine.make(worker).pipe(
+      Effect.provide(context),
+      Effect.provideService(
+        Transport,
+        worker.onIdle === undefined
+          ? transport
+          : { ...transport, take: Effect.tap(transport.take, () => void taken++) },
+      ),
+    )
     const drain = yield* Drain.make.pipe(
       Effect.provideService(DeliveryEngine.DeliveryEngine, engine),
     )
@@ -386,7 +411,7 @@ export const start = <A, I, O, R>(
     )
     let draining = false
     const idle = worker.onIdle === undefined ? Effect.never : yield* Effect.forkScoped(
-      watchIdle(worker.onIdle, engine.inFlight, yield* Transport, () => draining),
+      watchIdle(worker.onIdle, engine.inFlight, transport, () => draining, () => taken),
     ).pipe(Effect.map(Fiber.join))
     const stopped = yield* Deferred.make<void>()
     const running: RunningWorker = {

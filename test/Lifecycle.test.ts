@@ -1,3 +1,4 @@
+import net from "node:net"
 import { describe, expect, it } from "@effect/vitest"
 import {
   Clock,
@@ -177,6 +178,26 @@ describe("Lifecycle", () => {
         const response = await fetch(`http://127.0.0.1:${port}${path}`)
         return { status: response.status, body: await response.json() }
       })
+
+    it.scoped("a probe port already taken: exit 2, with one line naming the settings", () =>
+      Effect.gen(function* () {
+        const taken = yield* Effect.acquireRelease(
+          Effect.promise(() =>
+            new Promise<net.Server>((resolve) => {
+              const server = net.createServer()
+              server.listen(0, "127.0.0.1", () => resolve(server))
+            })
+          ),
+          (server) => Effect.promise(() => new Promise<void>((r) => server.close(() => r()))),
+        )
+        const port = (taken.address() as net.AddressInfo).port
+        const w = yield* launch(sleeper(newSeen()), { env: { HEALTH_CHECK_PORT: String(port) } })
+        expect(yield* Fiber.join(w.run)).toBe(2)
+        const err = yield* w.proc.err
+        expect(err).toHaveLength(1)
+        expect(err[0]).toContain(`127.0.0.1:${port}`)
+        expect(err[0]).toContain("HEALTH_CHECK_PORT")
+      }))
 
     it.scoped("/health fails with TASK_OVERRUN once a handler runs the overrun grace past its deadline", () =>
       Effect.gen(function* () {

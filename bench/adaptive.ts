@@ -1,0 +1,234 @@
+/**
+ * Adaptive concurrency against the best fixed setting, on the MemoryBroker, in one run.
+ *
+ *   deno run -A bench/adaptive.ts
+ *
+ * The handler stands for a downstream that slows down past a knee: with `running` tasks in it,
+ * a call takes BASE when running ≤ KNEE and BASE × (running / KNEE)² beyond, so the throughput
+ * (running / latency) peaks at KNEE. Past LIMIT × BASE the downstream refuses the call after a
+ * short while (a 429): the handler fails with `RetryableError({ congestion: true })`, the signal
+ * the adaptive controller decreases on. The worker runs with the SDK's default settings (retry
+ * backoff included): what a user would get.
+ *
+ * 1. A sweep of fixed concurrencies, RUN each: successes per second; the best one.
+ * 2. `Concurrency.adaptive({ min: 1, max: MAX })` for the same RUN: its throughput and ratio to
+ *    the best fixed one.
+ * 3. The same adaptive worker for LONG: where its target settles against the knee.
+ */
+import { Deferred, Duration, Effect, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Concurrency, MemoryBroker, RetryableError, Settings, Worker } from "../src/index.ts"
+
+const BASE_MS = 20
+const KNEE = 16
+const LIMIT = 2 // refuse past this multiple of BASE: above KNEE × √LIMIT ≈ 22.6 running
+const REFUSE_MS = 5 // how long a refused call takes
+const MAX = 200
+const RUN_MS = 3_000
+const LONG_MS = 10_000
+const SWEEP = [4, 8, 12, 14, 16, 18, 20, 24, 32, 48]
+const BACKLOG = 15_000
+
+const encoder = new TextEncoder()
+const envelope = (i: number) =>
+  encoder.encode(
+    `{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`,
+  )
+
+const latency = (running: number) => running <= KNEE ? BASE_MS : BASE_MS * (running / KNEE) ** 2
+
+/** A simulated downstream, one a run: the calls in it, what it answered, and the handler. */
+const downstream = () => {
+  const calls = {
+    running: 0,
+    successes: 0,
+    refused: 0,
+    handler: () =>
+      Effect.suspend(() => {
+        const took = latency(++calls.running)
+        const answer = took > LIMIT * BASE_MS
+          ? Effect.sleep(REFUSE_MS).pipe(
+            Effect.zipRight(Effect.sync(() => void calls.refused++)),
+            Effect.zipRight(
+              Effect.fail(
+                new RetryableError({
+                  code: "DOWNSTREAM_BUSY",
+                  message: "Too many requests.",
+                  congestion: true,
+                }),
+              ),
+            ),
+          )
+          : Effect.sleep(took).pipe(
+            Effect.zipRight(Effect.sync(() => void calls.successes++)),
+            Effect.as({ ok: true }),
+          )
+        return Effect.ensuring(answer, Effect.sync(() => void calls.running--))
+      }),
+  }
+  return calls
+}
+
+const definition = {
+  name: "adaptive-bench",
+  input: Schema.Struct({ n: Schema.Number }),
+  output: Schema.Struct({ ok: Schema.Boolean }),
+  timeout: "30 seconds",
+} as const
+
+interface Sample {
+  readonly at: number
+  readonly target: number
+  readonly running: number
+}
+
+interface Result {
+  readonly rate: number
+  readonly refused: number
+  readonly samples: ReadonlyArray<Sample>
+}
+
+/** Workers whose scope did not close within {@link CLOSE_MS}: reported, not waited for. */
+const CLOSE_MS = 5_000
+let hung = 0
+
+/**
+ * Runs `policy` on a fresh broker with a backlog for `ms`; samples the target every 20 ms. The
+ * worker's scope closes in the background: the figures are taken first, and a close that takes
+ * longer than CLOSE_MS is counted (a bug to report) rather than hanging the bench.
+ */
+const measure = (policy: Concurrency.Policy, ms: number): Effect.Effect<Result, unknown> =>
+  Effect.gen(function* () {
+    const result = yield* Deferred.make<Result>()
+    const run = Effect.gen(function* () {
+      const broker = yield* MemoryBroker.MemoryBroker
+      for (let i = 0; i < BACKLOG; i++) {
+        yield* broker.publish("adaptive-bench_queue_in", envelope(i))
+      }
+      const calls = downstream()
+      const samples: Array<Sample> = []
+      const start = performance.now()
+      const running = yield* Worker.start(
+        Worker.make({ ...definition, handler: calls.handler, concurrency: policy }),
+      )
+      while (performance.now() - start < ms) {
+        yield* Effect.sleep(20)
+        samples.push({
+          at: performance.now() - start,
+          target: yield* running.concurrency,
+          running: calls.running,
+        })
+      }
+      const seconds = (performance.now() - start) / 1000
+      yield* Deferred.succeed(result, {
+        rate: calls.successes / seconds,
+        refused: calls.refused,
+        samples,
+      })
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(
+        MemoryBroker.layerTransport().pipe(
+          Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
+        ),
+      ),
+      Effect.provide(
+        Settings.layer({
+          name: definition.name,
+          timeout: Duration.decode(definition.timeout),
+          concurrency: typeof policy === "number" ? policy : 1,
+        }),
+      ),
+    )
+    const fiber = yield* Effect.forkDaemon(run)
+    const measured = yield* Effect.raceFirst(
+      Deferred.await(result),
+      Effect.flatMap(Fiber.join(fiber), () => Deferred.await(result)),
+    )
+    const closed = yield* Fiber.await(fiber).pipe(Effect.timeout(CLOSE_MS), Effect.option)
+    if (closed._tag === "None") hung++
+    return measured
+  })
+
+/** Mean, min and max of `f` over the samples from `from` ms on. */
+const stats = (samples: ReadonlyArray<Sample>, from: number, f: (s: Sample) => number) => {
+  const values = samples.filter((s) => s.at >= from).map(f)
+  const mean = values.reduce((a, b) => a + b, 0) / values.length
+  const near = values.filter((v) => v >= KNEE * 0.75 && v <= KNEE * 1.25).length / values.length
+  return { mean, min: Math.min(...values), max: Math.max(...values), near }
+}
+
+const main = Effect.gen(function* () {
+  const round = (n: number) => Math.round(n).toLocaleString("en-US")
+  const ideal = (KNEE / BASE_MS) * 1000
+  console.log(
+    `downstream: ${BASE_MS} ms up to ${KNEE} running, ×(running/${KNEE})² beyond, refused past ${
+      LIMIT * BASE_MS
+    } ms (congestion); ideal ${round(ideal)}/s at ${KNEE}. ${Deno.build.os} ${Deno.version.deno}`,
+  )
+  yield* measure(KNEE, 500) // warm-up: JIT the engine's paths
+
+  let best = { concurrency: 0, rate: 0 }
+  const sweep: Array<string> = []
+  for (const concurrency of SWEEP) {
+    const { rate, refused } = yield* measure(concurrency, RUN_MS)
+    sweep.push(`${concurrency}: ${round(rate)}/s${refused > 0 ? ` (${refused} refused)` : ""}`)
+    if (rate > best.rate) best = { concurrency, rate }
+  }
+  console.log(`fixed sweep, ${RUN_MS / 1000} s each: ${sweep.join(", ")}`)
+  console.log(`best fixed:  concurrency ${best.concurrency}, ${round(best.rate)} tasks/s`)
+
+  const policy = Concurrency.adaptive({ min: 1, max: MAX })
+  const same = yield* measure(policy, RUN_MS)
+  const settledSame = stats(same.samples, RUN_MS / 3, (s) => s.target)
+  console.log(
+    `adaptive:    ${round(same.rate)} tasks/s in ${
+      RUN_MS / 1000
+    } s (${same.refused} refused), ratio ${
+      (same.rate / best.rate).toFixed(2)
+    } of the best fixed; target after ${RUN_MS / 3000} s: mean ${
+      settledSame.mean.toFixed(1)
+    } (${settledSame.min}–${settledSame.max})`,
+  )
+
+  const long = yield* measure(policy, LONG_MS)
+  const target = stats(long.samples, LONG_MS / 2, (s) => s.target)
+  const inFlight = stats(long.samples, LONG_MS / 2, (s) => s.running)
+  const trace = long.samples.filter((_, i) => i % 25 === 0).map((s) => s.target).join(" ")
+  console.log(
+    `adaptive, ${LONG_MS / 1000} s: ${round(long.rate)} tasks/s (${long.refused} refused), ratio ${
+      (long.rate / best.rate).toFixed(2)
+    }`,
+  )
+  console.log(
+    `  target over the last ${LONG_MS / 2000} s: mean ${
+      target.mean.toFixed(1)
+    } (${target.min}–${target.max}) vs knee ${KNEE}; ${
+      Math.round(target.near * 100)
+    }% of the time within ±25% of the knee`,
+  )
+  console.log(
+    `  downstream running over the last ${LONG_MS / 2000} s: mean ${
+      inFlight.mean.toFixed(1)
+    } (${inFlight.min}–${inFlight.max})`,
+  )
+  console.log(`  target every 0.5 s: ${trace}`)
+  if (hung > 0) {
+    console.log(
+      `WARNING: ${hung} worker(s) did not close within ${
+        CLOSE_MS / 1000
+      } s of the end of their run`,
+    )
+  }
+})
+
+await Effect.runPromise(
+  main.pipe(
+    Effect.provide(Logger.replace(
+      Logger.defaultLogger,
+      Logger.filterLogLevel(Logger.defaultLogger, LogLevel.greaterThanEqual(LogLevel.Warning)),
+    )),
+  ),
+)
+
+// Workers that did not close (see the warning) would keep the process alive.
+if (hung > 0) Deno.exit(1)
