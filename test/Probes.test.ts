@@ -10,14 +10,20 @@ import {
   LogLevel,
   Option,
   Ref,
+  Schema,
   Scope,
   TestClock,
 } from "effect"
+import { spawn } from "node:child_process"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import process from "node:process"
+import { fileURLToPath } from "node:url"
 import * as Probes from "../src/Probes.ts"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Worker from "../src/Worker.ts"
 import { ProbeError, ProbeServerError } from "../src/WorkerError.ts"
 import { waitUntil } from "./support/logs.ts"
 
@@ -493,8 +499,97 @@ describe("Probes", () => {
         }).pipe(Effect.scoped),
       20_000,
     )
+
+    // Issue 5, acceptance 2, for tasks: the clients run in a process of their own, so that only
+    // the server's share of the work is measured here.
+    it.live(
+      "200 connections from another process leave task throughput unaffected within noise",
+      () =>
+        Effect.gen(function* () {
+          const { port } = yield* start()
+          const worker = Worker.make({
+            name: "probe-load",
+            input: Schema.Struct({}),
+            output: Schema.Struct({}),
+            timeout: "5 seconds",
+            handler: () => Effect.succeed({}),
+          })
+          // A harness of its own per measure: its log of published messages grows as it runs.
+          const measure = Effect.scoped(
+            Effect.flatMap(
+              WorkerHarness.make(worker),
+              (harness) =>
+                Effect.zipRight(taskThroughput(harness, 300), taskThroughput(harness, 1000)),
+            ),
+          )
+          const before = yield* measure
+          const { held, loaded } = yield* Effect.scoped(Effect.gen(function* () {
+            const load = yield* connectionLoad(port)
+            yield* waitForReal(
+              () => load.state.open === 32,
+              5000,
+              "the server holds 32 connections",
+            )
+            const loaded = yield* measure
+            return { held: load.state.open, loaded }
+          }))
+          const after = yield* measure
+          console.log(
+            `Probes bound: ${before} tasks/s before, ${loaded} with 200 connections ` +
+              `(${held} held), ${after} after; ratio ${
+                (loaded / Math.max(before, after)).toFixed(2)
+              }`,
+          )
+          expect(held).toBeLessThanOrEqual(32)
+          // The noise of this shared machine is the spread of the two unloaded runs; the loaded
+          // run must fall within that spread, with a margin of 20 %.
+          expect(loaded).toBeGreaterThanOrEqual(0.8 * Math.min(before, after))
+        }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Warning))),
+      30_000,
+    )
   })
 })
+
+/** Tasks settled in `millis` of real time by a worker on the MemoryBroker, 4 at a time. */
+const taskThroughput = (harness: WorkerHarness.WorkerHarness, millis: number) =>
+  Effect.gen(function* () {
+    let settled = 0
+    const deadline = Date.now() + millis
+    const submitter = Effect.gen(function* () {
+      while (Date.now() < deadline) {
+        const run = yield* harness.submit({})
+        run.assertSucceeded()
+        settled++
+      }
+    })
+    yield* Effect.all([submitter, submitter, submitter, submitter], { concurrency: "unbounded" })
+    return Math.round(settled / (millis / 1000))
+  })
+
+/** The connection load of `test/fixtures/probes/connections.mjs`, in a process of its own. */
+const connectionLoad = (port: number) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const script = fileURLToPath(new URL("./fixtures/probes/connections.mjs", import.meta.url))
+      const deno = "Deno" in globalThis
+      const child = spawn(
+        process.execPath,
+        deno ? ["run", "-A", script, String(port)] : [
+          script,
+          String(port),
+        ],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      )
+      const state = { open: -1 }
+      child.stdout.on("data", (chunk: Uint8Array) => {
+        const last = new TextDecoder().decode(chunk).trim().split("\n").at(-1)
+        const n = Number(last?.split(" ")[1])
+        if (Number.isFinite(n)) state.open = n
+      })
+      return { child, state }
+    }),
+    ({ child }) => Effect.sync(() => void child.kill("SIGKILL")),
+  )
 
 /** Polls `check` in real time, every 10 ms, for at most `millis`. */
 const waitForReal = (check: () => boolean, millis: number, what: string) =>
