@@ -227,6 +227,7 @@ describe("Concurrency", () => {
       ]
       for (const make of bad) expect(make).toThrow(Concurrency.ConcurrencyError)
       expect(Concurrency.adaptive({ min: 2, max: 8 }).initial).toBe(2)
+      expect(Concurrency.adaptive({ min: 2, max: 8 }).decrease).toBe(0.75)
     })
 
     it.effect("the running worker refuses one and keeps its concurrency", () => {
@@ -529,7 +530,7 @@ describe("Concurrency", () => {
     it.effect("congestion halves the target without cancelling running tasks; echoes of tasks started before are ignored", () => {
       const lab = newLab()
       const worker = gated(lab, {
-        concurrency: Concurrency.adaptive({ min: 1, max: 8, initial: 4 }),
+        concurrency: Concurrency.adaptive({ min: 1, max: 8, initial: 4, decrease: 0.5 }),
       })
       return Effect.gen(function* () {
         const q = yield* queues
@@ -613,7 +614,13 @@ describe("Concurrency", () => {
         const lab = newLab()
         const worker = gated(lab, {
           timeout: "10 seconds",
-          concurrency: Concurrency.adaptive({ min: 1, max: 8, initial: 4, decreaseOnTimeout }),
+          concurrency: Concurrency.adaptive({
+            min: 1,
+            max: 8,
+            initial: 4,
+            decrease: 0.5,
+            decreaseOnTimeout,
+          }),
         })
         return Effect.gen(function* () {
           const q = yield* queues
