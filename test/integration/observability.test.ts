@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Fiber, Logger, Schema } from "effect"
 import * as Lifecycle from "../../src/Lifecycle.ts"
 import * as Process from "../../src/Process.ts"
+import * as Prometheus from "../../src/Prometheus.ts"
 import * as Worker from "../../src/Worker.ts"
 import { FatalError, RetryableError } from "../../src/WorkerError.ts"
 import * as WorkerLogger from "../../src/WorkerLogger.ts"
@@ -227,6 +228,14 @@ describe("observability on RabbitMQ", () => {
         expect(delta("worker_messages_published_total", { message_type: "success" })).toBe(2)
         expect(delta("worker_messages_published_total", { message_type: "failure" })).toBe(2)
         expect(value(after, "worker_tasks_in_flight")).toBe(0)
+        // Counters of what did not happen: nothing failed to publish, to ack, or was dropped.
+        expect(delta("worker_ack_failures_total")).toBe(0)
+        expect(delta("worker_shutdown_requeued_total")).toBe(0)
+        for (const name of ["worker_publish_failures_total", "worker_progress_dropped_total"]) {
+          expect(after.find((f) => f.name === name)?.metrics ?? []).toEqual(
+            before.find((f) => f.name === name)?.metrics ?? [],
+          )
+        }
         for (const family of after) {
           for (const sample of family.metrics) {
             expect(Object.keys(sample.labels ?? {})).not.toContain("task_id")
@@ -251,6 +260,17 @@ describe("observability on RabbitMQ", () => {
         expect(draining.error.components.draining.status).toBe("error")
         expect(await Effect.runPromise(Fiber.join(fiber))).toBe(0)
         expect(await client.count(inQueue)).toBe(1)
+        // The server is gone with the process's life: the same registry, read in this process.
+        const final = parse(await Effect.runPromise(Prometheus.exposition))
+        expect(
+          value(final, "worker_shutdown_requeued_total") - count("worker_shutdown_requeued_total"),
+        )
+          .toBe(1)
+        expect(
+          value(final, "worker_tasks_total", { status: "shutdown_requeued" }) -
+            count("worker_tasks_total", { status: "shutdown_requeued" }),
+        ).toBe(1)
+        expect(value(final, "worker_tasks_in_flight")).toBe(0)
 
         // Every task's story, by its id, ends with its one decision line per delivery.
         const story = (taskId: string) =>
