@@ -26,6 +26,7 @@ import { FatalError, IdleHookError, RetryableError } from "../src/WorkerError.ts
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
 import { setImmediate } from "node:timers"
 import { captureLogs, waitUntil } from "./support/logs.ts"
+import { memoryEnvironment } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks each wait at their own gate until the test opens it with an outcome,
@@ -118,27 +119,14 @@ const gated = (
   })
 }
 
-/** A MemoryBroker and the worker's settings and transport, each task's backoff a millisecond. */
-const environment = (
-  worker: Worker.Any,
-  overrides: Settings.SettingsOverrides = {},
-): Layer.Layer<MemoryBroker.MemoryBroker | Settings.Settings | Transport, unknown> =>
-  MemoryBroker.layerTransport().pipe(
-    Layer.provideMerge(
-      Layer.merge(
-        Settings.layer(
-          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-          {
-            retryBackoffBase: "1 millis",
-            retryBackoffMax: "1 millis",
-            shutdownGrace: "10 seconds",
-            ...overrides,
-          },
-        ),
-        MemoryBroker.layer({ reapInterval: "1 second" }),
-      ),
-    ),
-  )
+/** The worker's environment on the MemoryBroker, each task's backoff a millisecond. */
+const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides = {}) =>
+  memoryEnvironment(worker, {
+    retryBackoffBase: "1 millis",
+    retryBackoffMax: "1 millis",
+    shutdownGrace: "10 seconds",
+    ...overrides,
+  })
 
 const decoder = new TextDecoder()
 

@@ -15,9 +15,9 @@ import {
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
-import type { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
+import { memoryEnvironment } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks sleep for as long as their input says, recording what became of them.
@@ -51,23 +51,9 @@ const sleeper = (record: Seen) =>
 
 const newRecord = (): Seen => ({ entered: [], interrupted: [], signals: new Map() })
 
-/** The MemoryBroker, a transport on it and the settings, with a 10 s shutdown grace. */
-const environment = (
-  worker: Worker.Any,
-  overrides: Settings.SettingsOverrides = {},
-): Layer.Layer<MemoryBroker.MemoryBroker | Settings.Settings | Transport, unknown> =>
-  MemoryBroker.layerTransport().pipe(
-    Layer.provideMerge(
-      Layer.merge(
-        Settings.layer(
-          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-          { shutdownGrace: "10 seconds", ...overrides },
-        ),
-        // Leases are reaped each second: few sleeps for the TestClock to step through.
-        MemoryBroker.layer({ reapInterval: "1 second" }),
-      ),
-    ),
-  )
+/** The worker's environment on the MemoryBroker, with a 10 s shutdown grace. */
+const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides = {}) =>
+  memoryEnvironment(worker, { shutdownGrace: "10 seconds", ...overrides })
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

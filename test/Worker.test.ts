@@ -1,11 +1,12 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Fiber, Layer, Schema, TestClock } from "effect"
+import { Context, Duration, Effect, Fiber, Schema, TestClock } from "effect"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import type { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
+import { memoryEnvironment } from "./support/environment.ts"
 import {
   type IdleHookError,
   RetryableError,
@@ -42,22 +43,7 @@ const decoder = new TextDecoder()
 const envelope = (taskId: string, body: unknown) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
 
-/** The MemoryBroker, a transport on it and the worker's settings. */
-const environment = (
-  worker: Worker.Any,
-  overrides: Settings.SettingsOverrides = {},
-): Layer.Layer<MemoryBroker.MemoryBroker | Settings.Settings | Transport, unknown> =>
-  MemoryBroker.layerTransport().pipe(
-    Layer.provideMerge(
-      Layer.merge(
-        Settings.layer(
-          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-          overrides,
-        ),
-        MemoryBroker.layer({ reapInterval: "1 second" }),
-      ),
-    ),
-  )
+const environment = memoryEnvironment
 
 /** The messages on the output queue, decoded. */
 const outbound = Effect.gen(function* () {
