@@ -54,32 +54,36 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     if (entry.due < target && wake !== undefined) {
       const w = wake
       wake = undefined
+      target = entry.due
       Deferred.unsafeDone(w, Effect.void)
     }
     const owner = lane
     return () => remove(delayMillis, owner, entry)
   }
 
+  // Once woken for a timer, the fiber sleeps until that timer's due even if it was cancelled in
+  // the meantime: a short task cancels its time limit before this fiber runs, and waking it
+  // again for the next task's timer (due later) would cost a wake per task.
   const loop = Effect.gen(function* () {
     for (;;) {
-      const now = clock.unsafeCurrentTimeMillis()
+      let now = clock.unsafeCurrentTimeMillis()
       let next = earliest()
       while (next !== undefined && next.entry.due <= now) {
         remove(next.delay, next.lane, next.entry)
         yield* Effect.forkIn(next.entry.action, scope)
         next = earliest()
       }
+      now = clock.unsafeCurrentTimeMillis()
+      if (target <= now) target = Infinity
+      if (next !== undefined && next.entry.due < target) target = next.entry.due
       const signal = Deferred.unsafeMake<void>(FiberId.none)
       wake = signal
-      if (next === undefined) {
-        target = Infinity
+      if (target === Infinity) {
         yield* Deferred.await(signal)
       } else {
-        target = next.entry.due
-        yield* Effect.raceFirst(Effect.sleep(next.entry.due - now), Deferred.await(signal))
+        yield* Effect.raceFirst(Effect.sleep(target - now), Deferred.await(signal))
       }
       wake = undefined
-      target = Infinity
     }
   })
 

@@ -65,4 +65,27 @@ describe("Timers", () => {
       yield* settle
       expect(fired).toEqual([1, 2])
     }))
+
+  it.scoped("a timer cancelled before the fiber ran makes the next one neither late nor early", () =>
+    Effect.gen(function* () {
+      const timers = yield* Timers.make
+      const fired: Array<string> = []
+      // A short task: its time limit is cancelled before the timers' fiber runs.
+      timers.after(1000, Effect.sync(() => fired.push("cancelled")))()
+      timers.after(1500, Effect.sync(() => fired.push("later")))
+      timers.after(500, Effect.sync(() => fired.push("sooner")))
+      yield* settle
+      yield* TestClock.adjust("499 millis")
+      yield* settle
+      expect(fired).toEqual([])
+      yield* TestClock.adjust("1 millis")
+      yield* settle
+      expect(fired).toEqual(["sooner"])
+      yield* TestClock.adjust("999 millis")
+      yield* settle
+      expect(fired).toEqual(["sooner"])
+      yield* TestClock.adjust("1 millis")
+      yield* settle
+      expect(fired).toEqual(["sooner", "later"])
+    }))
 })
