@@ -95,6 +95,33 @@ const connectError = (error: unknown, url: string): TransportError => {
     })
 }
 
+/**
+ * amqplib writes the frames its channels have buffered one `write` at a time, each a system call
+ * with `noDelay`: corked around its flush, they leave in one `writev`. Reaches into amqplib's
+ * connection (its multiplexer's flush and output stream); left as it is if their shape differs.
+ */
+const coalesceWrites = (model: Amqp.ChannelModel): void => {
+  const muxer = (model as { connection?: { muxer?: unknown } }).connection?.muxer as
+    | { _readIncoming?: () => void; out?: { cork?: () => void; uncork?: () => void } }
+    | undefined
+  const flush = muxer?._readIncoming
+  const out = muxer?.out
+  if (
+    typeof flush !== "function" || typeof out?.cork !== "function" ||
+    typeof out.uncork !== "function"
+  ) {
+    return
+  }
+  muxer!._readIncoming = () => {
+    out.cork!()
+    try {
+      flush.call(muxer)
+    } finally {
+      out.uncork!()
+    }
+  }
+}
+
 const declareError = (error: unknown, queue: string): TransportError =>
   (error as { code?: unknown })?.code === 406
     ? new TransportError({
@@ -292,23 +319,16 @@ export const make = (
       const ended = yield* Deferred.make<void>()
       connection.on("error", () => {})
       connection.on("close", () => Deferred.unsafeDone(ended, Effect.void))
-      // One channel for both declarations: a refused one closes it, and is a configuration error.
-      const declaring = yield* tryPromise(
-        () => connection.createChannel(),
-        (e) => connectError(e, url),
-      )
-      declaring.on("error", () => {})
-      for (const queue of [options.inQueue, options.outQueue]) {
-        yield* tryPromise(
-          () => declaring.assertQueue(queue, { durable: true }),
-          (e) => declareError(e, queue),
-        )
-      }
-      yield* Effect.promise(() => declaring.close().catch(() => undefined))
-      const publisher = yield* tryPromise(
-        () => connection.createConfirmChannel(),
-        (e) => connectError(e, url),
-      )
+      coalesceWrites(connection)
+      // Every step from here is a round trip to the broker, and amqplib makes one channel's
+      // calls one after another: the two channels are opened at once, and each declares its own
+      // queue. A refused declaration closes its channel, and is a configuration error.
+      const [publisher, channel] = yield* Effect.all([
+        tryPromise(() => connection.createConfirmChannel(), (e) => connectError(e, url)),
+        intakeStopped
+          ? Effect.succeed(undefined)
+          : tryPromise(() => connection.createChannel(), (e) => connectError(e, url)),
+      ], { concurrency: "unbounded" })
       const returned = new Set<string>()
       publisher.on("error", () => {})
       publisher.on("close", () => Deferred.unsafeDone(ended, Effect.void))
@@ -324,19 +344,20 @@ export const make = (
           Effect.ignore,
         )
       )
-      const leases = new LeaseLoss()
-      if (!intakeStopped) {
-        const channel = yield* tryPromise(
-          () => connection.createChannel(),
-          (e) => connectError(e, url),
-        )
+      const declare = (on: Amqp.Channel, queue: string) =>
+        tryPromise(() => on.assertQueue(queue, { durable: true }), (e) => declareError(e, queue))
+      const declaringOut = declare(publisher, options.outQueue)
+      if (channel === undefined) {
+        yield* declare(publisher, options.inQueue)
+        yield* declaringOut
+      } else {
+        const leases = new LeaseLoss()
         channel.on("error", () => {})
         channel.on("close", () => {
           leases.lose("channel_closed")
           Deferred.unsafeDone(ended, Effect.void)
         })
         consuming = { channel, leases, ended }
-        yield* resizing.withPermits(1)(resize(consuming))
         // Runs after the cancel below. amqplib writes the connection's Close ahead of channel
         // frames still buffered, so acks sent last would be dropped with the connection: a
         // synchronous call on this channel answers only after the broker has read them, then
@@ -349,6 +370,11 @@ export const make = (
         yield* Effect.addFinalizer(() =>
           cancelConsumer.pipe(Effect.zipRight(Effect.sync(() => leases.lose("channel_closed"))))
         )
+        yield* Effect.all([declaringOut, declare(channel, options.inQueue)], {
+          concurrency: "unbounded",
+          discard: true,
+        })
+        yield* resizing.withPermits(1)(resize(consuming))
       }
       const ready: Session = { publisher, returned }
       yield* Ref.set(current, Option.some(ready))
