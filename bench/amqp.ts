@@ -8,6 +8,10 @@
  * publish `started` and `success` on a confirm channel, wait for both confirms, ack. The SDK
  * runs a no-op handler through the whole engine, decision lines included (to a logger that
  * only counts them).
+ *
+ * Both first run a warm-up (a tenth of the tasks, not timed), so that the figures are of code
+ * the JIT has compiled: the raw loop is a few lines, hot at once, the SDK's path is not. Then
+ * they run alternately, twice each, as the machine's speed drifts over seconds.
  */
 import { Buffer } from "node:buffer"
 import { execFileSync } from "node:child_process"
@@ -16,6 +20,8 @@ import { Effect, Layer, Logger, Schema } from "effect"
 import { AmqpTransport, Settings, Worker } from "../src/index.ts"
 
 const TASKS = Number(Deno.args[0] ?? 20_000)
+const WARMUP = Math.ceil(TASKS / 10)
+const ROUNDS = 2
 const CONCURRENCY = 50
 const VHOST = "async-task-worker-quorum"
 const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
@@ -32,14 +38,14 @@ const envelope = (i: number) =>
     `{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`,
   )
 
-const preload = async (queue: string) => {
+const preload = async (queue: string, tasks: number) => {
   const connection = await amqp.connect(URL)
   const channel = await connection.createConfirmChannel()
   await channel.assertQueue(queue, { durable: true })
   await channel.assertQueue(queue.replace(/_in$/, "_out"), { durable: true })
   await channel.purgeQueue(queue)
   await channel.purgeQueue(queue.replace(/_in$/, "_out"))
-  for (let i = 0; i < TASKS; i++) channel.sendToQueue(queue, envelope(i), { persistent: true })
+  for (let i = 0; i < tasks; i++) channel.sendToQueue(queue, envelope(i), { persistent: true })
   await channel.waitForConfirms()
   await connection.close()
 }
@@ -51,8 +57,8 @@ const cleanup = async (...queues: Array<string>) => {
   await connection.close()
 }
 
-const raw = async (): Promise<number> => {
-  await preload("bench-raw_queue_in")
+const raw = async (tasks: number): Promise<number> => {
+  await preload("bench-raw_queue_in", tasks)
   const connection = await amqp.connect(URL, { noDelay: true })
   const consumer = await connection.createChannel()
   const publisher = await connection.createConfirmChannel()
@@ -76,18 +82,18 @@ const raw = async (): Promise<number> => {
         .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
         .then(() => {
           consumer.ack(message)
-          if (++acked === TASKS) done()
+          if (++acked === tasks) done()
         }, (error) => console.error(error))
     })
   })
-  const rate = TASKS / ((performance.now() - start) / 1000)
+  const rate = tasks / ((performance.now() - start) / 1000)
   await connection.close()
   await cleanup("bench-raw_queue_in", "bench-raw_queue_out")
   return rate
 }
 
-const sdk = async (): Promise<number> => {
-  await preload("bench-sdk_queue_in")
+const sdk = async (tasks: number): Promise<number> => {
+  await preload("bench-sdk_queue_in", tasks)
   const worker = Worker.make({
     name: "bench-sdk",
     input: Schema.Struct({ n: Schema.Number }),
@@ -101,7 +107,7 @@ const sdk = async (): Promise<number> => {
   const counter = Logger.make(({ message }) => {
     if (
       String(Array.isArray(message) ? message[0] : message).startsWith("Delivery settled") &&
-      ++settled === TASKS
+      ++settled === tasks
     ) {
       done()
     }
@@ -118,17 +124,29 @@ const sdk = async (): Promise<number> => {
     ),
   )
   await finished
-  const rate = TASKS / ((performance.now() - start) / 1000)
+  const rate = tasks / ((performance.now() - start) / 1000)
   await Effect.runPromise(fiber.interruptAsFork(fiber.id()).pipe(Effect.zipRight(fiber.await)))
   await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
   return rate
 }
 
-const rawRate = await raw()
-const sdkRate = await sdk()
+await raw(WARMUP)
+await sdk(WARMUP)
+const raws: Array<number> = []
+const sdks: Array<number> = []
+for (let round = 0; round < ROUNDS; round++) {
+  raws.push(await raw(TASKS))
+  sdks.push(await sdk(TASKS))
+}
+const mean = (xs: Array<number>) => xs.reduce((a, b) => a + b, 0) / xs.length
 const round = (n: number) => Math.round(n).toLocaleString("en-US")
 console.log(
-  `tasks: ${TASKS}, concurrency ${CONCURRENCY}, quorum queues, ${Deno.build.os} deno ${Deno.version.deno}`,
+  `tasks: ${TASKS} per run (after a warm-up of ${WARMUP}), concurrency ${CONCURRENCY}, quorum queues, ${Deno.build.os} deno ${Deno.version.deno}`,
 )
-console.log(`raw amqplib loop: ${round(rawRate)} tasks/s`)
-console.log(`SDK (no-op):      ${round(sdkRate)} tasks/s   ratio ${(sdkRate / rawRate).toFixed(2)}`)
+console.log(`raw amqplib loop: ${raws.map(round).join(", ")} tasks/s`)
+console.log(`SDK (no-op):      ${sdks.map(round).join(", ")} tasks/s`)
+console.log(
+  `ratio per round:  ${sdks.map((s, i) => (s / raws[i]!).toFixed(2)).join(", ")}   mean ${
+    (mean(sdks) / mean(raws)).toFixed(2)
+  }`,
+)

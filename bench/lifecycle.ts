@@ -29,10 +29,26 @@ if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)
   rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
 }
 
+// The binary itself, not the `.bin/deno` wrapper, which does not forward signals: where `npm ci`
+// ran Deno's install script, or in its platform package where it did not.
+const deno = [
+  "node_modules/deno/deno",
+  `node_modules/@deno/${Deno.build.os}-${
+    Deno.build.arch === "x86_64" ? "x64" : "arm64"
+  }-glibc/deno`,
+].find((path) => {
+  try {
+    return Deno.statSync(`${root}/${path}`).isFile
+  } catch {
+    return false
+  }
+})
+if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci")
+
 const runtimes = {
   deno: {
-    bare: ["node_modules/deno/deno", ["eval", ""]],
-    cli: ["node_modules/deno/deno", ["run", "-A", "cli.ts", "run", worker]],
+    bare: [deno, ["eval", ""]],
+    cli: [deno, ["run", "-A", "cli.ts", "run", worker]],
   },
   node: {
     bare: ["node", ["-e", ""]],
