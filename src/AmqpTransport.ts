@@ -24,7 +24,13 @@ import {
 } from "effect"
 import { LeaseLoss } from "./internal/leaseLoss.ts"
 import { Settings } from "./Settings.ts"
-import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
+import {
+  type ConnectionStatus,
+  type Delivery,
+  type Lease,
+  Redeliveries,
+  Transport,
+} from "./Transport.ts"
 import { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
 
 /**
@@ -139,43 +145,66 @@ const declareError = (error: unknown, queue: string): TransportError =>
 const FIRST_DELIVERY = Redeliveries.Counted({ count: 0 })
 const REDELIVERED = Redeliveries.Flagged({ redelivered: true })
 
-const toDelivery = (
-  message: Amqp.ConsumeMessage,
-  channel: Amqp.Channel,
-  leases: LeaseLoss,
-): Delivery => {
-  const count = message.properties.headers?.["x-delivery-count"]
-  const settle = (f: () => void) =>
+/**
+ * What every delivery of one consumer channel shares: its lease is the channel's, and so is how
+ * it is settled. Made once per channel, so that a delivery costs one small object.
+ */
+interface ChannelDeliveries {
+  readonly lease: Lease
+  readonly settle: (
+    message: Amqp.ConsumeMessage,
+    requeue: boolean,
+  ) => Effect.Effect<void, LeaseLost>
+}
+
+const channelDeliveries = (channel: Amqp.Channel, leases: LeaseLoss): ChannelDeliveries => ({
+  lease: {
+    duration: Option.none(),
+    renew: Option.none(),
+    lost: Effect.async<LeaseLost>((resume) =>
+      Effect.sync(leases.onLost((lost) => resume(Effect.succeed(lost))))
+    ),
+    onLost: (listener) => leases.onLost(listener),
+    isLost: Effect.sync(() => leases.lost !== undefined),
+  },
+  settle: (message, requeue) =>
     Effect.suspend(() => {
       if (leases.lost !== undefined) return Effect.fail(leases.lost)
       try {
-        f()
+        if (requeue) channel.nack(message, false, true)
+        else channel.ack(message)
         return Effect.void
       } catch {
         return Effect.fail(new LeaseLost({ reason: "channel_closed" }))
       }
-    })
-  return {
-    body: message.content,
+    }),
+})
+
+class AmqpDelivery implements Delivery {
+  readonly body: Uint8Array
+  readonly redeliveries: Redeliveries
+  readonly lease: Lease
+  constructor(
+    private readonly message: Amqp.ConsumeMessage,
+    private readonly shared: ChannelDeliveries,
+  ) {
+    const count = message.properties.headers?.["x-delivery-count"]
+    this.body = message.content
     // RabbitMQ 3.10 adds `x-delivery-count` to a quorum queue's message only from its second
     // delivery on: a first delivery without it is attempt 1 on either kind of queue, and only a
     // redelivery without it tells a classic queue.
-    redeliveries: typeof count === "number"
+    this.redeliveries = typeof count === "number"
       ? Redeliveries.Counted({ count })
       : message.fields.redelivered
       ? REDELIVERED
-      : FIRST_DELIVERY,
-    lease: {
-      duration: Option.none(),
-      renew: Option.none(),
-      lost: Effect.async<LeaseLost>((resume) =>
-        Effect.sync(leases.onLost((lost) => resume(Effect.succeed(lost))))
-      ),
-      onLost: (listener) => leases.onLost(listener),
-      isLost: Effect.sync(() => leases.lost !== undefined),
-    },
-    ack: settle(() => channel.ack(message)),
-    requeue: settle(() => channel.nack(message, false, true)),
+      : FIRST_DELIVERY
+    this.lease = shared.lease
+  }
+  get ack(): Effect.Effect<void, LeaseLost> {
+    return this.shared.settle(this.message, false)
+  }
+  get requeue(): Effect.Effect<void, LeaseLost> {
+    return this.shared.settle(this.message, true)
   }
 }
 
@@ -183,6 +212,7 @@ const toDelivery = (
 interface Consuming {
   readonly channel: Amqp.Channel
   readonly leases: LeaseLoss
+  readonly deliveries: ChannelDeliveries
   readonly ended: Deferred.Deferred<void>
 }
 
@@ -219,6 +249,8 @@ export const make = (
       { readonly channel: Amqp.Channel; readonly tag: string; readonly prefetch: number }
     > = []
     let consuming: Consuming | undefined
+    /** The session now, as `current` holds it: read without an Effect by every publish. */
+    let live: Session | undefined
     const resizing = yield* Effect.makeSemaphore(1)
     let sequence = 0
 
@@ -245,7 +277,7 @@ export const make = (
     /** Adds a consumer with `prefetch` on the session's consumer channel. */
     const consumeOn = (target: Consuming, prefetch: number) =>
       Effect.gen(function* () {
-        const { channel, ended, leases } = target
+        const { channel, ended, leases, deliveries } = target
         // AMQP's prefetch count is 16 bits: a larger window is as good as unbounded here.
         yield* tryPromise(
           () => channel.prefetch(Math.min(prefetch, 65_535)),
@@ -260,7 +292,7 @@ export const make = (
                 Deferred.unsafeDone(ended, Effect.void)
                 return
               }
-              Queue.unsafeOffer(inbox, toDelivery(message, channel, leases))
+              Queue.unsafeOffer(inbox, new AmqpDelivery(message, deliveries))
             }, {
               noAck: false,
               ...(options.consumerTimeout === undefined ? {} : {
@@ -357,7 +389,7 @@ export const make = (
           leases.lose("channel_closed")
           Deferred.unsafeDone(ended, Effect.void)
         })
-        consuming = { channel, leases, ended }
+        consuming = { channel, leases, deliveries: channelDeliveries(channel, leases), ended }
         // Runs after the cancel below. amqplib writes the connection's Close ahead of channel
         // frames still buffered, so acks sent last would be dropped with the connection: a
         // synchronous call on this channel answers only after the broker has read them, then
@@ -378,6 +410,7 @@ export const make = (
       }
       const ready: Session = { publisher, returned }
       yield* Ref.set(current, Option.some(ready))
+      live = ready
       yield* Effect.flatMap(Ref.get(sessionReady), (d) => Deferred.succeed(d, ready))
       yield* SubscriptionRef.set(status, "connected")
       yield* Deferred.await(ended)
@@ -388,6 +421,7 @@ export const make = (
           Effect.sync(() => {
             consuming = undefined
             consumers = []
+            live = undefined
           }),
           Ref.set(current, Option.none()),
           Deferred.make<Session>().pipe(Effect.flatMap((d) => Ref.set(sessionReady, d))),
@@ -455,48 +489,58 @@ export const make = (
         ),
     )
 
+    const publishOn = (
+      { publisher, returned }: Session,
+      body: Uint8Array,
+      type: string,
+    ): Effect.Effect<void, PublishError> =>
+      Effect.async<void, PublishError>((resume) => {
+        const messageId = `${++sequence}`
+        const failWith = (reason: PublishError["reason"]) =>
+          resume(Effect.fail(new PublishError({ reason, messageType: type })))
+        awaitingConfirm.set(messageId, {
+          deadline: clock.unsafeCurrentTimeMillis() + confirmMillis,
+          expire: () => failWith("timeout"),
+        })
+        try {
+          publisher.publish(
+            "",
+            options.outQueue,
+            Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+            {
+              persistent: true,
+              contentType: "application/json",
+              type,
+              mandatory: true,
+              messageId,
+            },
+            (error) => {
+              if (!awaitingConfirm.delete(messageId)) {
+                return
+              }
+              if (error) {
+                return failWith("nacked")
+              }
+              if (returned.delete(messageId)) {
+                return failWith("returned")
+              }
+              resume(Effect.void)
+            },
+          )
+        } catch {
+          awaitingConfirm.delete(messageId)
+          failWith("closed")
+        }
+        return Effect.sync(() => void awaitingConfirm.delete(messageId))
+      })
+
+    // Connected, a publish is one step; between connections it waits for the next session.
     const publish: Transport["Type"]["publish"] = (body, type) =>
-      Effect.flatMap(sessionNow, ({ publisher, returned }) =>
-        Effect.async<void, PublishError>((resume) => {
-          const messageId = `${++sequence}`
-          const failWith = (reason: PublishError["reason"]) =>
-            resume(Effect.fail(new PublishError({ reason, messageType: type })))
-          awaitingConfirm.set(messageId, {
-            deadline: clock.unsafeCurrentTimeMillis() + confirmMillis,
-            expire: () =>
-              failWith("timeout"),
-          })
-          try {
-            publisher.publish(
-              "",
-              options.outQueue,
-              Buffer.from(body.buffer, body.byteOffset, body.byteLength),
-              {
-                persistent: true,
-                contentType: "application/json",
-                type,
-                mandatory: true,
-                messageId,
-              },
-              (error) => {
-                if (!awaitingConfirm.delete(messageId)) {
-                  return
-                }
-                if (error) {
-                  return failWith("nacked")
-                }
-                if (returned.delete(messageId)) {
-                  return failWith("returned")
-                }
-                resume(Effect.void)
-              },
-            )
-          } catch {
-            awaitingConfirm.delete(messageId)
-            failWith("closed")
-          }
-          return Effect.sync(() => void awaitingConfirm.delete(messageId))
-        }))
+      Effect.suspend(() =>
+        live !== undefined
+          ? publishOn(live, body, type)
+          : Effect.flatMap(sessionNow, (session) => publishOn(session, body, type))
+      )
 
     const stopIntake = Effect.suspend(() => {
       // Idempotent: a drain stops intake, then the scope's finalizer does again, and a second
@@ -509,8 +553,7 @@ export const make = (
         // Delivered but never taken: give them back now rather than when the channel closes.
         Effect.zipRight(Queue.takeAll(inbox)),
         Effect.flatMap((untaken) =>
-          Effect.forEach(untaken, (d) =>
-            Effect.ignore(d.requeue), { discard: true })
+          Effect.forEach(untaken, (d) => Effect.ignore(d.requeue), { discard: true })
         ),
         Effect.zipRight(Queue.shutdown(inbox)),
       )

@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, FiberRef, LogLevel } from "effect"
+import { Effect, FiberRef, HashMap, LogLevel } from "effect"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -76,17 +76,20 @@ export const log = (d: Decision): Effect.Effect<void> =>
     // and this runs for every delivery.
     return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
       ? Effect.void
-      : Effect.annotateLogs(Effect.logInfo(format(d)), annotations(d))
+      : Effect.locallyWith(Effect.logInfo(format(d)), FiberRef.currentLogAnnotations, annotate(d))
   })
 
-const annotations = (d: Decision): Record<string, unknown> => {
-  const annotations: Record<string, unknown> = { outcome: d.outcome, action: d.action }
-  if (d.taskId !== undefined) annotations.task_id = d.taskId
-  if (d.attempt !== undefined) {
-    annotations.attempt = d.attempt
-    annotations.delivery_limit = d.deliveryLimit
-  }
-  if (d.code !== undefined) annotations.code = d.code
-  if (d.reason !== undefined) annotations.reason = d.reason
-  return annotations
-}
+// One mutation of the annotations for all the fields (`Effect.annotateLogs` makes a new map per
+// field), as this runs for every delivery.
+const annotate = (d: Decision) => (current: HashMap.HashMap<string, unknown>) =>
+  HashMap.mutate(current, (annotations) => {
+    HashMap.set(annotations, "outcome", d.outcome)
+    HashMap.set(annotations, "action", d.action)
+    if (d.taskId !== undefined) HashMap.set(annotations, "task_id", d.taskId)
+    if (d.attempt !== undefined) {
+      HashMap.set(annotations, "attempt", d.attempt)
+      HashMap.set(annotations, "delivery_limit", d.deliveryLimit)
+    }
+    if (d.code !== undefined) HashMap.set(annotations, "code", d.code)
+    if (d.reason !== undefined) HashMap.set(annotations, "reason", d.reason)
+  })
