@@ -7,6 +7,11 @@
  *
  * Each beside its baseline measured in the same run: the bare runtime starting and exiting.
  *
+ * Node 20 compiles every module of Effect at each start (it has no compile cache): a third row,
+ * `node-bundle`, runs the same worker as `examples/deploy/node-bundle` ships it: one file made
+ * by esbuild (the worker, the SDK, Effect and amqplib), started with V8's code cache; and
+ * `deno-bundle` the Deno worker script made one file by `deno bundle`.
+ *
  *   npm run build && deno run -A bench/lifecycle.ts [runs]
  */
 import { Buffer } from "node:buffer"
@@ -45,14 +50,46 @@ const deno = [
 })
 if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci")
 
+// The Node deployment of `examples/deploy/node-bundle`: one file, started with its code cache,
+// warmed as an image build warms it (one task on the embedded broker).
+const bundleDir = await Deno.makeTempDir({ prefix: "bench-lifecycle-" })
+execFileSync("node", ["examples/deploy/node-bundle/build.mjs", worker, "worker", bundleDir], {
+  cwd: root,
+})
+execFileSync("node", [`${bundleDir}/start.cjs`, "--warm"], {
+  cwd: root,
+  input:
+    `{"task_id": "warm-up", "data": {"message_type": "submission", "body": {"text": "a b"}}}\n`,
+  env: { ...Deno.env.toObject(), HEALTH_CHECK_PORT: "0" },
+})
+
+// The Deno worker script as one file (`deno bundle`), beside the same script from its sources.
+execFileSync(deno, [
+  "bundle",
+  "--quiet",
+  "--platform",
+  "deno",
+  "-o",
+  `${bundleDir}/worker.deno.js`,
+  "examples/deploy/worker.ts",
+], { cwd: root })
+
 const runtimes = {
   deno: {
     bare: [deno, ["eval", ""]],
     cli: [deno, ["run", "-A", "cli.ts", "run", worker]],
   },
+  "deno-bundle": {
+    bare: [deno, ["eval", ""]],
+    cli: [deno, ["run", "-A", `${bundleDir}/worker.deno.js`]],
+  },
   node: {
     bare: ["node", ["-e", ""]],
     cli: ["node", ["dist/cli.js", "run", worker]],
+  },
+  "node-bundle": {
+    bare: ["node", ["-e", ""]],
+    cli: ["node", [`${bundleDir}/start.cjs`]],
   },
 } as const
 
@@ -147,7 +184,7 @@ const job = async (runtime: keyof typeof runtimes) => {
 }
 
 console.log(`runs: ${RUNS} each, medians; RabbitMQ quorum queues, ${Deno.build.os}`)
-for (const runtime of ["deno", "node"] as const) {
+for (const runtime of ["deno", "deno-bundle", "node", "node-bundle"] as const) {
   const bares: Array<number> = []
   const stops: Array<number> = []
   const settles: Array<number> = []
@@ -170,3 +207,4 @@ for (const runtime of ["deno", "node"] as const) {
   console.log(line("job: start to exit", median(exits)))
 }
 await connection.close()
+await Deno.remove(bundleDir, { recursive: true })

@@ -93,4 +93,19 @@ describe("examples/deploy", () => {
     expect(read(file)).toContain(`COPY ${script} .`)
     expect(read(script).length).toBeGreaterThan(0)
   })
+
+  it("Dockerfile.node-bundle builds worker.mjs into one file, warms its cache, and runs it in exec form", () => {
+    const lines = read("Dockerfile.node-bundle").split("\n")
+    const stages = lines.filter((line) => line.startsWith("FROM "))
+    // The cache is V8's of the build stage: the image must run the same Node.
+    expect(stages.map((line) => line.split(" ")[1])).toEqual(["node:20-slim", "node:20-slim"])
+    expect(lines).toContain("COPY worker.mjs node-bundle/build.mjs node-bundle/start.cjs ./")
+    expect(lines).toContain("RUN node build.mjs ./worker.mjs worker bundle")
+    expect(lines.some((line) => line.includes("node bundle/start.cjs --warm"))).toBe(true)
+    const entrypoint = lines.find((line) => line.startsWith("ENTRYPOINT "))!
+    expect(JSON.parse(entrypoint.slice("ENTRYPOINT ".length))).toEqual(["node", "bundle/start.cjs"])
+    for (const copied of ["worker.mjs", "node-bundle/build.mjs", "node-bundle/start.cjs"]) {
+      expect(read(copied).length).toBeGreaterThan(0)
+    }
+  })
 })

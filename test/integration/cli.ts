@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from "node:url"
 import { afterAll, beforeAll, describe, it, type TestContext } from "vitest"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const FIXTURES = join(ROOT, "test/fixtures/cli")
 const WORKERS = join(FIXTURES, "workers.mjs")
 
@@ -58,7 +58,7 @@ const newest = (dir: string): { readonly path: string; readonly mtime: number } 
 }
 
 /** The Node CLI is the build in `dist/`: fail clearly when it is missing or older than `src/`. */
-const checkBuild = (): void => {
+export const checkBuild = (): void => {
   const cli = join(ROOT, "dist/cli.js")
   if (!existsSync(cli) || !existsSync(join(ROOT, "dist/index.js"))) {
     throw new Error(

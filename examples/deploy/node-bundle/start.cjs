@@ -1,0 +1,49 @@
+/**
+ * Runs `worker.cjs` (made by `build.mjs`) with V8's code cache kept in `worker.cjs.v8cache`.
+ * The cache is written as the process exits, so it holds what a whole run compiled (connecting,
+ * a task, the shutdown): the next start compiles almost nothing. A missing cache, or one V8
+ * rejects (another Node), is written again; one that cannot be written (a read-only file system)
+ * is done without.
+ *
+ * `--warm` runs one task from stdin on the embedded broker in job mode, then writes the cache:
+ * for an image build, where no broker runs (`echo '<task>' | node start.cjs --warm`).
+ */
+"use strict"
+const fs = require("node:fs")
+const path = require("node:path")
+const vm = require("node:vm")
+const { wrap } = require("node:module")
+
+const file = path.join(__dirname, "worker.cjs")
+const cacheFile = `${file}.v8cache`
+const warm = process.argv.includes("--warm")
+if (warm) {
+  process.env.WORKER_TRANSPORT ??= "memory"
+  process.env.WORKER_MODE ??= "job"
+  process.env.WORKER_JOB_IDLE_TIMEOUT_S ??= "2"
+}
+let cachedData
+try {
+  cachedData = warm ? undefined : fs.readFileSync(cacheFile)
+} catch {
+  cachedData = undefined
+}
+const script = new vm.Script(wrap(fs.readFileSync(file, "utf8")), { filename: file, cachedData })
+if (cachedData === undefined || script.cachedDataRejected) {
+  process.on("exit", () => {
+    try {
+      fs.writeFileSync(cacheFile, script.createCachedData())
+    } catch {
+      // A read-only file system: the next start compiles again, and runs as well.
+    }
+  })
+}
+const workerModule = { exports: {}, filename: file, id: file, loaded: false }
+script.runInThisContext().call(
+  workerModule.exports,
+  workerModule.exports,
+  require,
+  workerModule,
+  file,
+  __dirname,
+)

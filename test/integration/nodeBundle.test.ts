@@ -1,0 +1,75 @@
+/**
+ * `examples/deploy/node-bundle`, as `Dockerfile.node` uses it: the worker built into one file
+ * runs a task, its image-build warm-up writes V8's code cache, and a start reads that cache
+ * (or writes a new one when V8 rejects it). Real Node processes, on the embedded broker: what is
+ * tested is the recipe, not RabbitMQ.
+ */
+import { execFileSync, spawnSync } from "node:child_process"
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import process from "node:process"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { checkBuild, ROOT } from "./cli.ts"
+
+const TASK =
+  `{"task_id": "t-1", "data": {"message_type": "submission", "body": {"text": "one two three"}}}\n`
+
+describe("examples/deploy/node-bundle", () => {
+  const out = mkdtempSync(join(tmpdir(), "node-bundle-"))
+  const cache = join(out, "worker.cjs.v8cache")
+
+  beforeAll(() => {
+    checkBuild()
+    execFileSync(
+      "node",
+      ["examples/deploy/node-bundle/build.mjs", "examples/deploy/worker.mjs", "worker", out],
+      { cwd: ROOT },
+    )
+  })
+  afterAll(() => rmSync(out, { recursive: true, force: true }))
+
+  /** One task on stdin, in job mode on the embedded broker: what it published, and its exit. */
+  const start = (...args: Array<string>) => {
+    const run = spawnSync("node", [join(out, "start.cjs"), ...args], {
+      cwd: out,
+      input: TASK,
+      encoding: "utf8",
+      timeout: 30_000,
+      env: {
+        PATH: process.env.PATH ?? "",
+        HEALTH_CHECK_PORT: "0",
+        WORKER_TRANSPORT: "memory",
+        WORKER_MODE: "job",
+        WORKER_JOB_IDLE_TIMEOUT_S: "2",
+      },
+    })
+    const published = run.stdout.split("\n")
+      .filter((line) => line.startsWith('{"task_id"'))
+      .map((line) => JSON.parse(line).data)
+    return { status: run.status, published }
+  }
+
+  it("runs a task from one file, and its warm-up writes the code cache", () => {
+    const warm = start("--warm")
+    expect(warm.status).toBe(0)
+    expect(warm.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
+    expect(statSync(cache).size).toBeGreaterThan(0)
+  })
+
+  it("starts from the cache, leaving it as it is", () => {
+    const written = statSync(cache).mtimeMs
+    const run = start()
+    expect(run.status).toBe(0)
+    expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
+    expect(statSync(cache).mtimeMs).toBe(written)
+  })
+
+  it("writes a cache V8 rejects again, and runs as well", () => {
+    writeFileSync(cache, "not a code cache")
+    const run = start()
+    expect(run.status).toBe(0)
+    expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
+    expect(statSync(cache).size).toBeGreaterThan(1_000)
+  })
+})
