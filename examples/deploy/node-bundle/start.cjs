@@ -31,10 +31,14 @@ try {
 const script = new vm.Script(wrap(fs.readFileSync(file, "utf8")), { filename: file, cachedData })
 if (cachedData === undefined || script.cachedDataRejected) {
   process.on("exit", () => {
+    // Written whole then renamed: a start never reads half a cache (V8 would reject it anyway).
+    const partial = `${cacheFile}.${process.pid}`
     try {
-      fs.writeFileSync(cacheFile, script.createCachedData())
+      fs.writeFileSync(partial, script.createCachedData())
+      fs.renameSync(partial, cacheFile)
     } catch {
       // A read-only file system: the next start compiles again, and runs as well.
+      fs.rmSync(partial, { force: true })
     }
   })
 }
