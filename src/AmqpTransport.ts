@@ -531,7 +531,9 @@ export const make = (
           awaitingConfirm.delete(messageId)
           failWith("closed")
         }
-        return Effect.sync(() => void awaitingConfirm.delete(messageId))
+        // No canceler: an interrupted publish leaves its entry to its confirm or to the sweeper,
+        // whose late resume the interrupted fiber ignores. A canceler would wrap every publish
+        // in an interruption handler, the costliest steps of a publish.
       })
 
     // Connected, a publish is one step; between connections it waits for the next session.

@@ -3,8 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, FiberRef, HashMap, LogLevel } from "effect"
-import * as WorkerMetrics from "./WorkerMetrics.ts"
+import { HashMap } from "effect"
 
 /**
  * What became of the task.
@@ -64,24 +63,17 @@ export const format = (d: Decision): string => {
 }
 
 /**
- * Logs the decision at INFO with its fields as annotations, and counts it.
+ * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,
+ * `outcome`, `action`, `code`, `reason`): one mutation for all of them, as the decision line of
+ * every delivery carries them.
  *
  * @since 0.1.0
- * @category logging
+ * @category formatting
  */
-export const log = (d: Decision): Effect.Effect<void> =>
-  Effect.withFiberRuntime((fiber) => {
-    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-    // Skipped whole when INFO is off: building the line and its annotations is most of its cost,
-    // and this runs for every delivery.
-    return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
-      ? Effect.void
-      : Effect.locallyWith(Effect.logInfo(format(d)), FiberRef.currentLogAnnotations, annotate(d))
-  })
-
-// One mutation of the annotations for all the fields (`Effect.annotateLogs` makes a new map per
-// field), as this runs for every delivery.
-const annotate = (d: Decision) => (current: HashMap.HashMap<string, unknown>) =>
+export const annotate = (d: Decision) =>
+(
+  current: HashMap.HashMap<string, unknown>,
+): HashMap.HashMap<string, unknown> =>
   HashMap.mutate(current, (annotations) => {
     HashMap.set(annotations, "outcome", d.outcome)
     HashMap.set(annotations, "action", d.action)
