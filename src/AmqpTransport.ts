@@ -147,7 +147,7 @@ const REDELIVERED = Redeliveries.Flagged({ redelivered: true })
 
 /**
  * What every delivery of one consumer channel shares: its lease is the channel's, and so is how
- * it is settled. Made once per channel, so that a delivery costs one small object.
+ * it is settled. Made once per channel, so that a delivery costs a few small objects.
  */
 interface ChannelDeliveries {
   readonly lease: Lease
@@ -180,31 +180,22 @@ const channelDeliveries = (channel: Amqp.Channel, leases: LeaseLoss): ChannelDel
     }),
 })
 
-class AmqpDelivery implements Delivery {
-  readonly body: Uint8Array
-  readonly redeliveries: Redeliveries
-  readonly lease: Lease
-  constructor(
-    private readonly message: Amqp.ConsumeMessage,
-    private readonly shared: ChannelDeliveries,
-  ) {
-    const count = message.properties.headers?.["x-delivery-count"]
-    this.body = message.content
+/** A delivery of a consumer channel: its lease and settlement are the channel's. */
+const toDelivery = (message: Amqp.ConsumeMessage, shared: ChannelDeliveries): Delivery => {
+  const count = message.properties.headers?.["x-delivery-count"]
+  return {
+    body: message.content,
     // RabbitMQ 3.10 adds `x-delivery-count` to a quorum queue's message only from its second
     // delivery on: a first delivery without it is attempt 1 on either kind of queue, and only a
     // redelivery without it tells a classic queue.
-    this.redeliveries = typeof count === "number"
+    redeliveries: typeof count === "number"
       ? Redeliveries.Counted({ count })
       : message.fields.redelivered
       ? REDELIVERED
-      : FIRST_DELIVERY
-    this.lease = shared.lease
-  }
-  get ack(): Effect.Effect<void, LeaseLost> {
-    return this.shared.settle(this.message, false)
-  }
-  get requeue(): Effect.Effect<void, LeaseLost> {
-    return this.shared.settle(this.message, true)
+      : FIRST_DELIVERY,
+    lease: shared.lease,
+    ack: shared.settle(message, false),
+    requeue: shared.settle(message, true),
   }
 }
 
@@ -292,7 +283,7 @@ export const make = (
                 Deferred.unsafeDone(ended, Effect.void)
                 return
               }
-              Queue.unsafeOffer(inbox, new AmqpDelivery(message, deliveries))
+              Queue.unsafeOffer(inbox, toDelivery(message, deliveries))
             }, {
               noAck: false,
               ...(options.consumerTimeout === undefined ? {} : {

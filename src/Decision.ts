@@ -3,7 +3,8 @@
  *
  * @since 0.1.0
  */
-import { HashMap } from "effect"
+import { Effect, FiberRef, HashMap, LogLevel } from "effect"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
  * What became of the task.
@@ -61,6 +62,20 @@ export const format = (d: Decision): string => {
   if (d.attempt !== undefined) line += ` attempt=${d.attempt}/${d.deliveryLimit}`
   return line
 }
+
+/**
+ * Logs the decision at INFO with its fields as annotations of that line, and counts it.
+ *
+ * @since 0.1.0
+ * @category logging
+ */
+export const log = (d: Decision): Effect.Effect<void> =>
+  Effect.withFiberRuntime((fiber) => {
+    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
+    return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
+      ? Effect.void
+      : Effect.locallyWith(Effect.logInfo(format(d)), FiberRef.currentLogAnnotations, annotate(d))
+  })
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,

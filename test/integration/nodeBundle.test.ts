@@ -5,7 +5,7 @@
  * tested is the recipe, not RabbitMQ.
  */
 import { execFileSync, spawnSync } from "node:child_process"
-import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
@@ -17,7 +17,12 @@ const TASK =
 
 describe("examples/deploy/node-bundle", () => {
   const out = mkdtempSync(join(tmpdir(), "node-bundle-"))
-  const cache = join(out, "worker.cjs.v8cache")
+  /** The code cache files beside the bundle. */
+  const caches = () => readdirSync(out).filter((name) => name.endsWith(".v8cache"))
+  const cache = () => {
+    expect(caches()).toHaveLength(1)
+    return join(out, caches()[0]!)
+  }
 
   beforeAll(() => {
     checkBuild()
@@ -54,22 +59,38 @@ describe("examples/deploy/node-bundle", () => {
     const warm = start("--warm")
     expect(warm.status).toBe(0)
     expect(warm.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
-    expect(statSync(cache).size).toBeGreaterThan(0)
+    expect(statSync(cache()).size).toBeGreaterThan(0)
   })
 
   it("starts from the cache, leaving it as it is", () => {
-    const written = statSync(cache).mtimeMs
+    const written = statSync(cache()).mtimeMs
     const run = start()
     expect(run.status).toBe(0)
     expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
-    expect(statSync(cache).mtimeMs).toBe(written)
+    expect(statSync(cache()).mtimeMs).toBe(written)
   })
 
   it("writes a cache V8 rejects again, and runs as well", () => {
-    writeFileSync(cache, "not a code cache")
+    writeFileSync(cache(), "not a code cache")
     const run = start()
     expect(run.status).toBe(0)
     expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
-    expect(statSync(cache).size).toBeGreaterThan(1_000)
+    expect(statSync(cache()).size).toBeGreaterThan(1_000)
+  })
+
+  it("never runs the cache of an earlier build of the same length", () => {
+    // V8 checks a cache against its source's length only: a rebuilt bundle of the same length
+    // must not run the earlier build's code.
+    const bundle = join(out, "worker.cjs")
+    const before = readFileSync(bundle, "utf8")
+    const edited = before.replace("input.text.split(/\\s+/)", "input.text.split(/\\s*/)")
+    expect(edited).not.toBe(before)
+    expect(edited.length).toBe(before.length)
+    writeFileSync(bundle, edited)
+    const run = start()
+    expect(run.status).toBe(0)
+    // Split on nothing, "one two three" is 11 words: the edited code ran, not the cached one.
+    expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 11 } })
+    expect(caches()).toHaveLength(2)
   })
 })

@@ -8,7 +8,7 @@
  * compile cache of its own: without them, a start compiles each of Effect's modules again.
  * `node <out-dir>/start.cjs --warm` writes that cache (at image build) and exits.
  */
-import { copyFile, mkdir } from "node:fs/promises"
+import { copyFile, mkdir, readdir, rm } from "node:fs/promises"
 import { dirname, join, resolve } from "node:path"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
@@ -17,6 +17,10 @@ import * as esbuild from "esbuild"
 const [module = "./worker.mjs", name = "worker", out = "bundle"] = process.argv.slice(2)
 const outDir = resolve(out)
 await mkdir(outDir, { recursive: true })
+// The caches of an earlier build: start.cjs would never read them again.
+for (const name of await readdir(outDir)) {
+  if (name.endsWith(".v8cache")) await rm(join(outDir, name), { force: true })
+}
 await esbuild.build({
   // Resolved where the worker is, as its own imports are.
   stdin: {

@@ -1,5 +1,6 @@
 /**
- * Runs `worker.cjs` (made by `build.mjs`) with V8's code cache kept in `worker.cjs.v8cache`.
+ * Runs `worker.cjs` (made by `build.mjs`) with V8's code cache kept beside it
+ * (`worker.cjs.<hash of the source>.v8cache`).
  * The cache is written as the process exits, so it holds what a whole run compiled (connecting,
  * a task, the shutdown): the next start compiles almost nothing. A missing cache, or one V8
  * rejects (another Node), is written again; one that cannot be written (a read-only file system)
@@ -9,13 +10,18 @@
  * for an image build, where no broker runs (`echo '<task>' | node start.cjs --warm`).
  */
 "use strict"
+const crypto = require("node:crypto")
 const fs = require("node:fs")
 const path = require("node:path")
 const vm = require("node:vm")
 const { wrap } = require("node:module")
 
 const file = path.join(__dirname, "worker.cjs")
-const cacheFile = `${file}.v8cache`
+const source = wrap(fs.readFileSync(file, "utf8"))
+// V8 matches a cache to its source by length only: named by a hash of the source, a cache never
+// runs the code of an earlier build of the same length (1 ms for a 2 MB bundle).
+const digest = crypto.createHash("sha1").update(source).digest("hex").slice(0, 16)
+const cacheFile = path.join(__dirname, `worker.cjs.${digest}.v8cache`)
 const warm = process.argv.includes("--warm")
 if (warm) {
   process.env.WORKER_TRANSPORT ??= "memory"
@@ -28,11 +34,11 @@ try {
 } catch {
   cachedData = undefined
 }
-const script = new vm.Script(wrap(fs.readFileSync(file, "utf8")), { filename: file, cachedData })
+const script = new vm.Script(source, { filename: file, cachedData })
 if (cachedData === undefined || script.cachedDataRejected) {
   process.on("exit", () => {
     // Written whole then renamed: a start never reads half a cache (V8 would reject it anyway).
-    const partial = `${cacheFile}.${process.pid}`
+    const partial = `${cacheFile}.${process.pid}-${crypto.randomBytes(4).toString("hex")}`
     try {
       fs.writeFileSync(partial, script.createCachedData())
       fs.renameSync(partial, cacheFile)
