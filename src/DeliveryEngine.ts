@@ -28,6 +28,7 @@ import * as Concurrency from "./Concurrency.ts"
 import * as Decision from "./Decision.ts"
 import { formatIssues } from "./internal/issues.ts"
 import * as Timers from "./internal/timers.ts"
+import { encodeUtf8 } from "./internal/utf8.ts"
 import { LeaseRenewal } from "./LeaseRenewal.ts"
 import { ProgressThrottle } from "./ProgressThrottle.ts"
 import {
@@ -118,8 +119,6 @@ const handlerEnd = (result: Result): Concurrency.HandlerEnd => {
 interface Held {
   ticket?: number | undefined
 }
-
-const encoder = new TextEncoder()
 
 const INTERNAL_MESSAGE = "The worker failed while running the task."
 
@@ -399,7 +398,7 @@ export const make = <A, I, O, R>(
           task_id: envelope.taskId,
           hostname: settings.hostname,
         })
-        return transport.publish(encoder.encode(Either.getOrThrow(started)), "started").pipe(
+        return transport.publish(encodeUtf8(Either.getOrThrow(started)), "started").pipe(
           Effect.match({
             onFailure: (): Plan => {
               WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
@@ -617,7 +616,7 @@ export const make = <A, I, O, R>(
             }
           }
           const published = yield* Effect.either(
-            transport.publish(encoder.encode(plan.text), plan.type),
+            transport.publish(encodeUtf8(plan.text), plan.type),
           )
           if (Either.isLeft(published)) {
             WorkerMetrics.count(WorkerMetrics.publishFailures(plan.type))

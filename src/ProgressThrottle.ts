@@ -7,6 +7,7 @@
  */
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Either, Fiber, Layer, Metric } from "effect"
+import { encodeUtf8 } from "./internal/utf8.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
@@ -38,8 +39,6 @@ export class ProgressThrottle
   extends Context.Tag("@async-task/worker/ProgressThrottle")<ProgressThrottle, {
     readonly open: (taskId: string) => Effect.Effect<TaskProgress, never, Scope.Scope>
   }>() {}
-
-const encoder = new TextEncoder()
 
 const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
   Metric.increment(WorkerMetrics.progressDropped(reason))
@@ -126,7 +125,7 @@ export const make = (
             }
             highest = fraction
             const superseded = held !== undefined
-            held = encoder.encode(encoded.right)
+            held = encodeUtf8(encoded.right)
             if (sending) return superseded ? drop("superseded") : Effect.void
             sending = true
             const started = Effect.forkIn(send, scope).pipe(

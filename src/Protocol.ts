@@ -7,6 +7,7 @@
  */
 import { Data, Either } from "effect"
 import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/json.ts"
+import { encodeUtf8 } from "./internal/utf8.ts"
 
 /**
  * Why a message cannot be correlated with a task.
@@ -78,7 +79,6 @@ export const MAX_JSON_DEPTH = 512
 export const MAX_TASK_ID_LENGTH = 256
 
 const utf8Decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
-const utf8Encoder = new TextEncoder()
 
 const characterCount = (s: string): number => {
   let count = 0
@@ -223,7 +223,7 @@ export const MAX_FAILURE_MESSAGE_BYTES = 8 * 1024
  */
 export const truncateUtf8 = (text: string, maxBytes: number): string => {
   if (text.length * 3 <= maxBytes) return text
-  const bytes = utf8Encoder.encode(text)
+  const bytes = encodeUtf8(text)
   if (bytes.byteLength <= maxBytes) return text
   let end = maxBytes
   // Step back over continuation bytes (10xxxxxx) to the start of the cut character.
@@ -301,7 +301,7 @@ export const encodeMessage = (message: OutboundMessage): Uint8Array =>
     onLeft: (error) => {
       throw error
     },
-    onRight: (text) => utf8Encoder.encode(text),
+    onRight: (text) => encodeUtf8(text),
   })
 
 /**
