@@ -16,12 +16,12 @@ import {
   Effect,
   Layer,
   Option,
-  Queue,
   Redacted,
   Ref,
   Schedule,
   SubscriptionRef,
 } from "effect"
+import { Inbox } from "./internal/inbox.ts"
 import { LeaseLoss } from "./internal/leaseLoss.ts"
 import { Settings } from "./Settings.ts"
 import {
@@ -226,9 +226,8 @@ export const make = (
   Effect.gen(function* () {
     const url = Redacted.value(options.url)
     const confirmTimeout = Duration.decode(options.confirmTimeout ?? Duration.seconds(10))
-    const inbox = yield* Queue.unbounded<Delivery>()
+    const inbox = new Inbox<Delivery, TransportError>()
     const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
-    let fatal: TransportError | undefined
     const current = yield* Ref.make<Option.Option<Session>>(Option.none())
     const sessionReady = yield* Ref.make(yield* Deferred.make<Session>())
     let intakeStopped = false
@@ -283,7 +282,7 @@ export const make = (
                 Deferred.unsafeDone(ended, Effect.void)
                 return
               }
-              Queue.unsafeOffer(inbox, toDelivery(message, deliveries))
+              inbox.offer(toDelivery(message, deliveries))
             }, {
               noAck: false,
               ...(options.consumerTimeout === undefined ? {} : {
@@ -438,10 +437,9 @@ export const make = (
       Effect.catchAll((error) =>
         Effect.logError(error.message).pipe(
           Effect.zipRight(Effect.sync(() => {
-            fatal = error
             intakeStopped = true
+            inbox.close(error)
           })),
-          Effect.zipRight(Queue.shutdown(inbox)),
         )
       ),
       Effect.forkScoped,
@@ -544,25 +542,18 @@ export const make = (
       intakeStopped = true
       return cancelConsumer.pipe(
         // Delivered but never taken: give them back now rather than when the channel closes.
-        Effect.zipRight(Queue.takeAll(inbox)),
-        Effect.flatMap((untaken) =>
-          Effect.forEach(untaken, (d) => Effect.ignore(d.requeue), { discard: true })
-        ),
-        Effect.zipRight(Queue.shutdown(inbox)),
+        Effect.zipRight(Effect.suspend(() =>
+          Effect.forEach(inbox.takeAll(), (d) => Effect.ignore(d.requeue), { discard: true })
+        )),
+        Effect.zipRight(Effect.sync(() =>
+          inbox.close()
+        )),
       )
     })
     yield* Effect.addFinalizer(() => stopIntake)
 
     return Transport.of({
-      take: Queue.take(inbox).pipe(
-        Effect.map(Option.some),
-        Effect.catchAllCause((cause) =>
-          Effect.flatMap(inbox.isShutdown, (down) => {
-            if (!down) return Effect.failCause(cause)
-            return fatal === undefined ? Effect.succeedNone : Effect.fail(fatal)
-          })
-        ),
-      ),
+      take: inbox.take,
       publish,
       setCapacity: (n) =>
         resizing.withPermits(1)(Effect.suspend(() => {

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Context, Duration, Effect, Layer, Option, Queue, Schedule, SubscriptionRef } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
 import { BrokerCore, type ConsumerCore, type Held } from "./internal/memoryBroker.ts"
 import { Settings } from "./Settings.ts"
 import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
@@ -186,25 +186,25 @@ export const make = (
         const duration = durationOf(leaseMillis)
         const consumer: ConsumerCore = yield* Effect.acquireRelease(
           Effect.sync(() => core.addConsumer(o.inQueue, o.capacity, leaseMillis)),
-          (c) => Effect.sync(() => core.close(c)).pipe(Effect.zipRight(c.inbox.shutdown)),
+          (c) =>
+            Effect.sync(() => {
+              core.close(c)
+              c.inbox.close()
+            }),
         )
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
-          take: Queue.take(consumer.inbox).pipe(
-            Effect.map((h) => Option.some(toDelivery(core, h, classic, duration))),
-            Effect.catchAllCause((cause) =>
-              Effect.flatMap(
-                consumer.inbox.isShutdown,
-                (down) => (down ? Effect.succeedNone : Effect.failCause(cause)),
-              )
-            ),
+          take: Effect.map(
+            consumer.inbox.take,
+            Option.map((h) => toDelivery(core, h, classic, duration)),
           ),
           publish: (body, type) => publish(o.outQueue, body, type),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
-          stopIntake: Effect.sync(() => core.cancel(consumer)).pipe(
-            Effect.zipRight(consumer.inbox.shutdown),
-          ),
+          stopIntake: Effect.sync(() => {
+            core.cancel(consumer)
+            consumer.inbox.close()
+          }),
           status,
           readyCount: Effect.sync(() => core.readyCount(o.inQueue)),
         })

@@ -3,8 +3,8 @@
  * fencing. Synchronous and single-threaded by construction; `MemoryBroker.ts` wraps it in
  * Effect services.
  */
-import { Effect, Queue } from "effect"
 import { LeaseLost } from "../WorkerError.ts"
+import { Inbox } from "./inbox.ts"
 import { LeaseLoss } from "./leaseLoss.ts"
 
 export interface StoredMessage {
@@ -41,7 +41,7 @@ export interface ConsumerCore {
   active: boolean
   readonly leaseMillis: number | undefined
   readonly held: Set<Held>
-  readonly inbox: Queue.Queue<Held>
+  readonly inbox: Inbox<Held, never>
 }
 
 export class BrokerCore {
@@ -110,7 +110,7 @@ export class BrokerCore {
       active: true,
       leaseMillis,
       held: new Set(),
-      inbox: Effect.runSync(Queue.unbounded<Held>()),
+      inbox: new Inbox<Held, never>(),
     }
     q.consumers.push(consumer)
     this.dispatch(q)
@@ -128,7 +128,7 @@ export class BrokerCore {
     consumer.active = false
     const q = consumer.queue
     q.consumers.splice(q.consumers.indexOf(consumer), 1)
-    const untaken = Array.from(Effect.runSync(Queue.takeAll(consumer.inbox)))
+    const untaken = consumer.inbox.takeAll()
     // Back to the front of the queue in their original order: the last one goes first.
     for (let i = untaken.length - 1; i >= 0; i--) {
       const h = untaken[i]!
@@ -258,7 +258,7 @@ export class BrokerCore {
       }
       if (chosen === undefined) return
       const h = this.lease(this.shift(q)!, chosen, chosen.leaseMillis)
-      Queue.unsafeOffer(chosen.inbox, h)
+      chosen.inbox.offer(h)
     }
   }
 }

@@ -1,0 +1,75 @@
+/**
+ * What a transport has received and the engine has not taken yet: offered from the broker's
+ * callbacks, taken by the engine's fibers, closed once. Effect's `Queue` does this too, at a cost
+ * per delivery: a take that waits makes a `Deferred` and two interruption handlers (the queue's
+ * and the await's), and the transport mapped and caught around it. Here a waiting take is one
+ * `Effect.async`, whose canceler (its one interruption handler) forgets the taker.
+ */
+import { Effect, Option } from "effect"
+
+const NONE = Effect.succeed(Option.none())
+
+export class Inbox<A, E> {
+  private items: Array<A | undefined> = []
+  private head = 0
+  private readonly takers = new Set<(taken: Effect.Effect<Option.Option<A>, E>) => void>()
+  private end: Effect.Effect<Option.Option<A>, E> | undefined
+
+  /** Hands `item` to the taker waiting longest, or keeps it; `false` once closed. */
+  offer(item: A): boolean {
+    if (this.end !== undefined) return false
+    for (const taker of this.takers) {
+      this.takers.delete(taker)
+      taker(Effect.succeed(Option.some(item)))
+      return true
+    }
+    this.items.push(item)
+    return true
+  }
+
+  /** The next item, waiting for one; once closed, `None` or the error it was closed with. */
+  readonly take: Effect.Effect<Option.Option<A>, E> = Effect.suspend(() => {
+    if (this.end !== undefined) return this.end
+    if (this.head < this.items.length) return Effect.succeed(Option.some(this.shift()))
+    return Effect.async<Option.Option<A>, E>((resume) => {
+      this.takers.add(resume)
+      return Effect.sync(() => void this.takers.delete(resume))
+    })
+  })
+
+  /** Every item not taken, removed. */
+  takeAll(): Array<A> {
+    const all = this.items.slice(this.head) as Array<A>
+    this.items = []
+    this.head = 0
+    return all
+  }
+
+  /**
+   * Closes the inbox: waiting and later takes end with `None`, or fail with `error`. Items not
+   * taken are dropped (a transport gives them back before, or its broker does).
+   */
+  close(error?: E): void {
+    if (this.end !== undefined) return
+    this.end = error === undefined ? NONE : Effect.fail(error)
+    this.items = []
+    this.head = 0
+    const takers = [...this.takers]
+    this.takers.clear()
+    for (const taker of takers) taker(this.end)
+  }
+
+  get isClosed(): boolean {
+    return this.end !== undefined
+  }
+
+  private shift(): A {
+    const item = this.items[this.head] as A
+    this.items[this.head++] = undefined
+    if (this.head === this.items.length) {
+      this.items = []
+      this.head = 0
+    }
+    return item
+  }
+}
