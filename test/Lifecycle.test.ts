@@ -70,6 +70,55 @@ const sleeper = (
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/** Effect.never, but released when the test ends so that nothing is left running. */
+const neverUntilTheEnd = Effect.acquireRelease(
+  Deferred.make<void>(),
+  (never) => Deferred.succeed(never, undefined),
+)
+
+/** A worker whose handler never ends and refuses to be interrupted; `entered` lists its tasks. */
+const refusing = (
+  name: string,
+  timeout: Duration.DurationInput,
+  never: Deferred.Deferred<void>,
+) => {
+  const entered: Array<string> = []
+  const worker = Worker.make({
+    name,
+    input: Seconds,
+    output: Slept,
+    timeout,
+    handler: (_, ctx) =>
+      Effect.uninterruptible(
+        Effect.sync(() => entered.push(ctx.taskId)).pipe(
+          Effect.zipRight(Deferred.await(never)),
+          Effect.as({ slept: 0 }),
+        ),
+      ),
+  })
+  return { worker, entered }
+}
+
+/** A transport on `broker` whose connection never closes (its scope's close waits on `never`). */
+const neverClosing = (
+  never: Deferred.Deferred<void>,
+  change: (inner: Transport["Type"]) => Transport["Type"] = (inner) => inner,
+) =>
+(broker: MemoryBroker.MemoryBroker["Type"]) =>
+  Layer.scoped(
+    Transport,
+    Effect.gen(function* () {
+      const s = yield* Settings.Settings
+      yield* Effect.addFinalizer(() => Deferred.await(never))
+      const inner = yield* broker.transport({
+        inQueue: s.inQueue,
+        outQueue: s.outQueue,
+        capacity: s.concurrency,
+      })
+      return change(inner)
+    }),
+  )
+
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
 
 const decoder = new TextDecoder()
@@ -201,22 +250,8 @@ describe("Lifecycle", () => {
 
     it.scoped("/health fails with TASK_OVERRUN once a handler runs the overrun grace past its deadline", () =>
       Effect.gen(function* () {
-        const never = yield* Deferred.make<void>()
-        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
-        const entered: Array<string> = []
-        const stuck = Worker.make({
-          name: "stuck",
-          input: Seconds,
-          output: Slept,
-          timeout: "10 seconds",
-          handler: (_, ctx) =>
-            Effect.uninterruptible(
-              Effect.sync(() => entered.push(ctx.taskId)).pipe(
-                Effect.zipRight(Deferred.await(never)),
-                Effect.as({ slept: 0 }),
-              ),
-            ),
-        })
+        const never = yield* neverUntilTheEnd
+        const { entered, worker: stuck } = refusing("stuck", "10 seconds", never)
         const w = yield* launch(stuck, { env: { WORKER_TASK_OVERRUN_GRACE_S: "30" } })
         yield* w.started
         const port = probePort(w.logs)
@@ -436,42 +471,14 @@ describe("Lifecycle", () => {
       "a handler that refuses to be interrupted and a transport that never closes: exit 1 at the bound, not before",
       () =>
         Effect.gen(function* () {
-          // Effect.never, but released when the test ends so that nothing is left running.
-          const never = yield* Deferred.make<void>()
-          yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
-          const entered: Array<string> = []
-          const stubborn = Worker.make({
-            name: "stubborn",
-            input: Seconds,
-            output: Slept,
-            timeout: "5 minutes",
-            handler: (_, ctx) =>
-              Effect.uninterruptible(
-                Effect.sync(() => entered.push(ctx.taskId)).pipe(
-                  Effect.zipRight(Deferred.await(never)),
-                  Effect.as({ slept: 0 }),
-                ),
-              ),
-          })
+          const never = yield* neverUntilTheEnd
+          const { entered, worker: stubborn } = refusing("stubborn", "5 minutes", never)
           const w = yield* launch(stubborn, {
-            transport: (broker) =>
-              Layer.scoped(
-                Transport,
-                Effect.gen(function* () {
-                  const s = yield* Settings.Settings
-                  // Its connection never closes.
-                  yield* Effect.addFinalizer(() => Deferred.await(never))
-                  const inner = yield* broker.transport({
-                    inQueue: s.inQueue,
-                    outQueue: s.outQueue,
-                    capacity: s.concurrency,
-                  })
-                  return Transport.of({
-                    ...inner,
-                    stopIntake: Effect.uninterruptible(Deferred.await(never)),
-                  })
-                }),
-              ),
+            transport: neverClosing(never, (inner) =>
+              Transport.of({
+                ...inner,
+                stopIntake: Effect.uninterruptible(Deferred.await(never)),
+              })),
           })
           yield* w.started
           yield* w.submit("t-stuck", 1)
@@ -488,27 +495,11 @@ describe("Lifecycle", () => {
 
     it.scoped("a connection that never closes: the hooks have run, exit 1 at the bound", () =>
       Effect.gen(function* () {
-        const never = yield* Deferred.make<void>()
-        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const never = yield* neverUntilTheEnd
         const seen = newSeen()
         const w = yield* launch(
           sleeper(seen, { onShutdown: () => void seen.events.push("shutdown") }),
-          {
-            settings: { shutdownGrace: "2 seconds" },
-            transport: (broker) =>
-              Layer.scoped(
-                Transport,
-                Effect.gen(function* () {
-                  const s = yield* Settings.Settings
-                  yield* Effect.addFinalizer(() => Deferred.await(never))
-                  return yield* broker.transport({
-                    inQueue: s.inQueue,
-                    outQueue: s.outQueue,
-                    capacity: s.concurrency,
-                  })
-                }),
-              ),
-          },
+          { settings: { shutdownGrace: "2 seconds" }, transport: neverClosing(never) },
         )
         yield* w.started
         yield* w.submit("t-1", 1)
@@ -526,22 +517,8 @@ describe("Lifecycle", () => {
 
     it.scoped("a handler that refuses to be interrupted, alone: exit 1 at the bound", () =>
       Effect.gen(function* () {
-        const never = yield* Deferred.make<void>()
-        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
-        const entered: Array<string> = []
-        const stubborn = Worker.make({
-          name: "stubborn",
-          input: Seconds,
-          output: Slept,
-          timeout: "5 minutes",
-          handler: (_, ctx) =>
-            Effect.uninterruptible(
-              Effect.sync(() => entered.push(ctx.taskId)).pipe(
-                Effect.zipRight(Deferred.await(never)),
-                Effect.as({ slept: 0 }),
-              ),
-            ),
-        })
+        const never = yield* neverUntilTheEnd
+        const { entered, worker: stubborn } = refusing("stubborn", "5 minutes", never)
         const w = yield* launch(stubborn, { settings: { shutdownGrace: "30 seconds" } })
         yield* w.started
         yield* w.submit("t-stuck", 1)
@@ -917,8 +894,7 @@ describe("Lifecycle", () => {
     it.scoped("a hook that refuses to be interrupted is left behind at the budget, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
-        const never = yield* Deferred.make<void>()
-        yield* Effect.addFinalizer(() => Deferred.succeed(never, undefined))
+        const never = yield* neverUntilTheEnd
         const worker = sleeper(seen, {
           onShutdown: [
             Effect.uninterruptible(Deferred.await(never)),
