@@ -17,7 +17,6 @@ import {
   FiberRef,
   FiberSet,
   HashMap,
-  LogLevel,
   Option,
   Random,
   Schema,
@@ -203,23 +202,6 @@ interface Slot {
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
 type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
-
-/**
- * The delivery's one decision line, at INFO, with its fields as annotations; counted whether
- * INFO is on or not. The fields are set on the fiber, not scoped to the line: a scoped change
- * costs a dozen steps per delivery, and the next delivery sets the fiber's annotations anew.
- */
-const logDecision = (d: Decision.Decision): Effect.Effect<void> =>
-  Effect.withFiberRuntime((fiber) => {
-    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-    // Skipped whole when INFO is off: building the line and its annotations is most of its cost.
-    return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
-      ? Effect.void
-      : Effect.zipRight(
-        FiberRef.update(FiberRef.currentLogAnnotations, Decision.annotate(d)),
-        Effect.logInfo(Decision.format(d)),
-      )
-  })
 
 /** A restore of `Effect.uninterruptibleMask`: what it runs may be interrupted. */
 type Restore = <X, E, RR>(effect: Effect.Effect<X, E, RR>) => Effect.Effect<X, E, RR>
@@ -721,7 +703,7 @@ export const make = <A, I, O, R>(
         if (held.ticket !== undefined) yield* limiter.release(held.ticket, "other")
         keep?.(decision)
         WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
-        yield* logDecision(decision)
+        yield* Decision.logOnFiber(decision)
         return decision
       })
 
