@@ -325,6 +325,22 @@ const suite = (runtime: Runtime): void => {
     },
   })
 
+  /** The `timed` worker with one task in flight (its `started` published), as a signal finds it. */
+  const taskInFlight = async (
+    ctx: TestContext,
+    taskId: string,
+    text: string,
+    env: Record<string, string>,
+  ) => {
+    const { queues: withQueues, run } = using(ctx)
+    const q = await withQueues()
+    const worker = run("timed", { ...q.env, ...env })
+    await worker.waitFor(STARTED)
+    await q.publish(taskId, text)
+    const started = await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
+    return { q, worker, started }
+  }
+
   beforeAll(() => {
     if (runtime === "node") checkBuild()
     else denoBinary()
@@ -355,16 +371,10 @@ const suite = (runtime: Runtime): void => {
       "lets a task in flight finish within the grace period: success published, message acked, exit 0",
       async (ctx) => {
         const { expect } = ctx
-        const { queues: withQueues, run } = using(ctx)
-        const q = await withQueues()
-        const worker = run("timed", {
-          ...q.env,
+        const { q, worker, started } = await taskInFlight(ctx, "t-finishes", "one two three", {
           FIXTURE_TASK_MS: "3000",
           WORKER_SHUTDOWN_GRACE_S: "20",
         })
-        await worker.waitFor(STARTED)
-        await q.publish("t-finishes", "one two three")
-        const started = await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
         expect(started.map((m) => m.text)).toEqual([
           '{"task_id":"t-finishes","data":{"message_type":"started","hostname":"cli-test-host"}}',
         ])
@@ -386,16 +396,10 @@ const suite = (runtime: Runtime): void => {
 
     it("requeues a task that does not finish within the grace period and exits 0", async (ctx) => {
       const { expect } = ctx
-      const { queues: withQueues, run } = using(ctx)
-      const q = await withQueues()
-      const worker = run("timed", {
-        ...q.env,
+      const { q, worker } = await taskInFlight(ctx, "t-requeued", "never finishes", {
         FIXTURE_TASK_MS: "120000",
         WORKER_SHUTDOWN_GRACE_S: "1",
       })
-      await worker.waitFor(STARTED)
-      await q.publish("t-requeued", "never finishes")
-      await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
       const sent = worker.kill("SIGTERM")
       const exited = await worker.waitExit(30_000)
       expect(exited.code, worker.stdout()).toBe(0)
@@ -410,16 +414,10 @@ const suite = (runtime: Runtime): void => {
 
     it("skips the rest of a long grace period on a second SIGTERM", async (ctx) => {
       const { expect } = ctx
-      const { queues: withQueues, run } = using(ctx)
-      const q = await withQueues()
-      const worker = run("timed", {
-        ...q.env,
+      const { q, worker } = await taskInFlight(ctx, "t-second-signal", "never finishes", {
         FIXTURE_TASK_MS: "120000",
         WORKER_SHUTDOWN_GRACE_S: "60",
       })
-      await worker.waitFor(STARTED)
-      await q.publish("t-second-signal", "never finishes")
-      await q.broker.readUntil(q.outQueue, (all) => all.length >= 1)
       const sent = worker.kill("SIGTERM")
       await worker.waitFor("SIGTERM received: shutting down", 10_000)
       await sleep(500)
