@@ -17,7 +17,6 @@ import * as Concurrency from "../src/Concurrency.ts"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
 import * as LeaseRenewal from "../src/LeaseRenewal.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import type { WireMessage } from "../src/Protocol.ts"
 import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import * as Settings from "../src/Settings.ts"
 import { Transport } from "../src/Transport.ts"
@@ -26,7 +25,7 @@ import { FatalError, IdleHookError, RetryableError } from "../src/WorkerError.ts
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
 import { setImmediate } from "node:timers"
 import { captureLogs, waitUntil } from "./support/logs.ts"
-import { memoryEnvironment } from "./support/environment.ts"
+import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks each wait at their own gate until the test opens it with an outcome,
@@ -128,8 +127,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
     ...overrides,
   })
 
-const decoder = new TextDecoder()
-
 const envelope = (taskId: string) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: {} } })
 
@@ -138,12 +135,7 @@ const queues = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   const settings = yield* Settings.Settings
   /** The message types published for a task. */
-  const published = (taskId: string) =>
-    Effect.map(broker.published(settings.outQueue), (messages) =>
-      messages
-        .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
-        .filter((m) => m.task_id === taskId)
-        .map((m) => m.data.message_type))
+  const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
   return {
     submit: (...taskIds: ReadonlyArray<string>) =>
       Effect.forEach(
@@ -391,12 +383,7 @@ describe("Concurrency", () => {
             const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
             return yield* Effect.fork(engine.handle(delivery))
           })
-        const published = (taskId: string) =>
-          Effect.map(broker.published(settings.outQueue), (ms) =>
-            ms
-              .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
-              .filter((m) => m.task_id === taskId)
-              .map((m) => m.data.message_type))
+        const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
         const ready = broker.ready(settings.inQueue)
         const purge = broker.purge(settings.inQueue)
         return { engine, handle, published, ready, purge }

@@ -13,11 +13,10 @@ import {
   TestClock,
 } from "effect"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import * as Worker from "../src/Worker.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
-import { memoryEnvironment } from "./support/environment.ts"
+import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks sleep for as long as their input says, recording what became of them.
@@ -60,8 +59,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
 
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
 
-const decoder = new TextDecoder()
-
 const envelope = (taskId: string, seconds: number) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
 
@@ -72,12 +69,7 @@ const queues = Effect.gen(function* () {
   const submit = (taskId: string, seconds: number) =>
     broker.publish(settings.inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
   /** The message types published for a task. */
-  const published = (taskId: string) =>
-    Effect.map(broker.published(settings.outQueue), (messages) =>
-      messages
-        .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
-        .filter((m) => m.task_id === taskId)
-        .map((m) => m.data.message_type))
+  const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
   return {
     submit,
     published,

@@ -22,6 +22,7 @@ import * as Settings from "../src/Settings.ts"
 import { type ConnectionStatus, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, ProbeError, RetryableError, TransportError } from "../src/WorkerError.ts"
+import { publishedTypes } from "./support/environment.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -121,8 +122,6 @@ const neverClosing = (
 
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
 
-const decoder = new TextDecoder()
-
 const envelope = (taskId: string, seconds: number) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
 
@@ -178,12 +177,7 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
     const submit = (taskId: string, seconds: number) =>
       broker.publish(inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
     /** The message types published for a task. */
-    const published = (taskId: string) =>
-      Effect.map(broker.published(outQueue), (messages) =>
-        messages
-          .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
-          .filter((m) => m.task_id === taskId)
-          .map((m) => m.data.message_type))
+    const published = (taskId: string) => publishedTypes(broker, outQueue, taskId)
     const started = waitUntil(
       () => logs.lines.some((l) => l.message.includes("started in")),
       "the worker has started",

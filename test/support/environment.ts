@@ -3,8 +3,9 @@
  * the worker's settings (`overrides` winning), leases reaped each second so that the TestClock
  * has few sleeps to step through.
  */
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import * as MemoryBroker from "../../src/MemoryBroker.ts"
+import type { WireMessage } from "../../src/Protocol.ts"
 import * as Settings from "../../src/Settings.ts"
 import type { Transport } from "../../src/Transport.ts"
 import type * as Worker from "../../src/Worker.ts"
@@ -24,3 +25,17 @@ export const memoryEnvironment = (
       ),
     ),
   )
+
+const decoder = new TextDecoder()
+
+/** The message types published on `outQueue` for `taskId`, in order. */
+export const publishedTypes = (
+  broker: MemoryBroker.MemoryBroker["Type"],
+  outQueue: string,
+  taskId: string,
+): Effect.Effect<Array<string>> =>
+  Effect.map(broker.published(outQueue), (messages) =>
+    messages
+      .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
+      .filter((m) => m.task_id === taskId)
+      .map((m) => m.data.message_type))
