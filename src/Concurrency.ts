@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Data, Effect, Metric } from "effect"
+import { Slots } from "./internal/slots.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -163,6 +164,8 @@ export interface Limiter {
   readonly target: () => number
   /** Waits for a slot; returns a ticket to give back with {@link Limiter.release}. */
   readonly acquire: Effect.Effect<number>
+  /** A ticket for a slot free now, without waiting; `undefined` when {@link acquire} must wait. */
+  readonly tryAcquire: () => number | undefined
   /** Gives the slot back, saying how the handler ended (the adaptive policy's feedback). */
   readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void>
   /** Sets the target (a non-zero one clamped to an adaptive policy's bounds); running tasks go on. */
@@ -193,7 +196,7 @@ export const makeLimiter = (
         ? n
         : Math.min(adaptivePolicy.max, Math.max(adaptivePolicy.min, n))
     let target = clamp(initial)
-    const own = yield* Effect.makeSemaphore(target)
+    const own = new Slots(target)
     const listeners: Array<(target: number) => Effect.Effect<void>> = []
     // Adaptive state: successes in a row, and the ticket before which a congestion signal is
     // an echo of a decrease already made (those tasks started before it).
@@ -206,10 +209,8 @@ export const makeLimiter = (
         if (n === target) return Effect.void
         target = n
         if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.unsafeUpdate(n, [])
-        return Effect.zipRight(
-          own.resize(n),
-          Effect.forEach(listeners, (listener) => listener(n), { discard: true }),
-        )
+        own.resize(n)
+        return Effect.forEach(listeners, (listener) => listener(n), { discard: true })
       })
     if (adaptivePolicy !== undefined) {
       yield* Metric.set(WorkerMetrics.concurrencyTarget, target)
@@ -232,18 +233,31 @@ export const makeLimiter = (
       return apply(clamp(target + 1))
     }
 
+    const giveBack = (ticket: number, ended: HandlerEnd) =>
+      Effect.suspend(() => {
+        own.release()
+        return feedback(ticket, ended)
+      })
+
     return {
       target: () => target,
-      acquire: (pooled === undefined ? own.take(1) : own.take(1).pipe(
-        Effect.zipRight(pooled.slots.take(weight).pipe(Effect.onInterrupt(() => own.release(1)))),
-      )).pipe(Effect.map(() => ++tickets)),
-      release: (ticket, ended) =>
-        Effect.zipRight(
-          pooled === undefined
-            ? own.release(1)
-            : Effect.zipRight(pooled.slots.release(weight), own.release(1)),
-          feedback(ticket, ended),
+      tryAcquire: () => pooled === undefined && own.tryTake() ? ++tickets : undefined,
+      acquire: pooled === undefined
+        ? Effect.suspend(() =>
+          own.tryTake() ? Effect.succeed(++tickets) : Effect.map(own.take, () => ++tickets)
+        )
+        : own.take.pipe(
+          Effect.zipRight(
+            pooled.slots.take(weight).pipe(
+              Effect.onInterrupt(() => Effect.sync(() => own.release())),
+            ),
+          ),
+          Effect.map(() => ++tickets),
         ),
+      release: (ticket, ended) =>
+        pooled === undefined
+          ? giveBack(ticket, ended)
+          : Effect.zipRight(pooled.slots.release(weight), giveBack(ticket, ended)),
       // 0 pauses an adaptive worker too; any other target keeps within its bounds.
       setTarget: (n) => apply(n === 0 ? 0 : clamp(n)),
       onChange: (listener) => void listeners.push(listener),
