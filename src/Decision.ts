@@ -3,7 +3,19 @@
  *
  * @since 0.1.0
  */
-import { Effect, FiberRef, HashMap, LogLevel } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  DefaultServices,
+  Effect,
+  FiberRef,
+  HashMap,
+  HashSet,
+  Inspectable,
+  type Logger,
+  LogLevel,
+} from "effect"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -63,41 +75,41 @@ export const format = (d: Decision): string => {
   return line
 }
 
-/** Counts the decision, and logs its line at INFO through `annotated` when INFO is on. */
-const logWith = (
-  d: Decision,
-  annotated: (
-    line: Effect.Effect<void>,
-    annotate: (current: HashMap.HashMap<string, unknown>) => HashMap.HashMap<string, unknown>,
-  ) => Effect.Effect<void>,
-): Effect.Effect<void> =>
-  Effect.withFiberRuntime((fiber) => {
-    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-    // Skipped whole when INFO is off: building the line and its annotations is most of its cost.
-    return LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)
-      ? Effect.void
-      : annotated(Effect.logInfo(format(d)), annotate(d))
-  })
-
 /**
- * Logs the decision at INFO with its fields as annotations of that line, and counts it.
+ * Counts the decision, and logs its line at INFO with its fields as annotations of that line.
+ *
+ * The line goes to the fiber's loggers as `Effect.logInfo` would send it, with the fiber's
+ * annotations and the decision's, but without changing the fiber's annotations: a change, even a
+ * scoped one, copies every FiberRef of the fiber, and every delivery logs this line.
  *
  * @since 0.1.0
  * @category logging
  */
 export const log = (d: Decision): Effect.Effect<void> =>
-  logWith(d, (line, f) => Effect.locallyWith(line, FiberRef.currentLogAnnotations, f))
-
-/**
- * {@link log}, with the fields set on the fiber's annotations rather than scoped to the line: for
- * a fiber that runs deliveries one after another and sets its annotations anew for each (the
- * engine's), as a scoped change costs a dozen runtime steps per delivery.
- *
- * @since 0.1.0
- * @category logging
- */
-export const logOnFiber = (d: Decision): Effect.Effect<void> =>
-  logWith(d, (line, f) => Effect.zipRight(FiberRef.update(FiberRef.currentLogAnnotations, f), line))
+  Effect.withFiberRuntime((fiber) => {
+    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
+    if (LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)) {
+      return Effect.void
+    }
+    const loggers = fiber.getFiberRef(FiberRef.currentLoggers)
+    if (HashSet.size(loggers) === 0) return Effect.void
+    const context = fiber.getFiberRefs()
+    const clock = Context.get(fiber.getFiberRef(DefaultServices.currentServices), Clock.Clock)
+    const options: Logger.Logger.Options<unknown> = {
+      fiberId: fiber.id(),
+      logLevel: LogLevel.Info,
+      message: [format(d)],
+      cause: Cause.empty,
+      context,
+      spans: fiber.getFiberRef(FiberRef.currentLogSpan),
+      annotations: annotate(d)(fiber.getFiberRef(FiberRef.currentLogAnnotations)),
+      date: new Date(clock.unsafeCurrentTimeMillis()),
+    }
+    Inspectable.withRedactableContext(context, () => {
+      for (const logger of loggers) logger.log(options)
+    })
+    return Effect.void
+  })
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,

@@ -289,6 +289,12 @@ export const make = <A, I, O, R>(
     ): Plan =>
       conclude({ type: "failure", task_id: known.taskId!, code, message }, { ...known, outcome })
 
+    /** A lost lease: the broker has the message back, and nothing more is published for it. */
+    const fenced = (known: Known, reason: string): Plan => ({
+      _tag: "Fenced",
+      decision: { ...known, outcome: "cancelled", action: "nack-requeue", reason },
+    })
+
     const checkedCode = (known: Known, code: string, message: string): Effect.Effect<Plan> =>
       FAILURE_CODE_PATTERN.test(code)
         ? Effect.succeed(fail(known, code, message))
@@ -357,50 +363,43 @@ export const make = <A, I, O, R>(
       )
     }
 
-    /** Step 4: `started`, confirmed, unless the lease is already gone. */
-    const publishStarted = (
+    /**
+     * Step 4: `started`, confirmed, unless the lease is already gone; `undefined` when the task
+     * may run.
+     */
+    function* publishStarted(
       delivery: Delivery,
       envelope: Envelope,
       known: Known,
-    ): Effect.Effect<Plan | undefined> =>
-      Effect.flatMap(delivery.lease.isLost, (lost): Effect.Effect<Plan | undefined> => {
-        if (lost) {
-          return Effect.succeed({
-            _tag: "Fenced",
-            decision: {
-              ...known,
-              outcome: "cancelled",
-              action: "nack-requeue",
-              reason: "lease_lost",
-            },
-          })
-        }
-        const started = encodeMessageText({
-          type: "started",
-          task_id: envelope.taskId,
-          hostname: settings.hostname,
-        })
-        return transport.publish(encodeUtf8(Either.getOrThrow(started)), "started").pipe(
-          Effect.match({
-            onFailure: (): Plan => {
-              WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
-              return {
-                _tag: "Requeue",
-                decision: {
-                  ...known,
-                  outcome: "publish_failed",
-                  action: "nack-requeue",
-                  reason: "started",
-                },
-              }
-            },
-            onSuccess: () => {
-              WorkerMetrics.count(WorkerMetrics.messagesPublished("started"))
-              return undefined
-            },
-          }),
-        )
+      restore: Restore,
+    ): Steps<Plan | undefined> {
+      if (yield* delivery.lease.isLost) return fenced(known, "lease_lost")
+      const started = encodeMessageText({
+        type: "started",
+        task_id: envelope.taskId,
+        hostname: settings.hostname,
       })
+      const published = yield* Effect.exit(
+        restore(transport.publish(encodeUtf8(Either.getOrThrow(started)), "started")),
+      )
+      if (Exit.isSuccess(published)) {
+        WorkerMetrics.count(WorkerMetrics.messagesPublished("started"))
+        return undefined
+      }
+      if (Option.isSome(Cause.failureOption(published.cause))) {
+        WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
+        return {
+          _tag: "Requeue",
+          decision: {
+            ...known,
+            outcome: "publish_failed",
+            action: "nack-requeue",
+            reason: "started",
+          },
+        }
+      }
+      return yield* shutdownOrBroken(known, published.cause)
+    }
 
     /**
      * Step 5: the handler on this fiber, under its time limit, with the lease kept and progress
@@ -534,15 +533,7 @@ export const make = <A, I, O, R>(
           )
           return fail(known, "INTERNAL_ERROR", INTERNAL_MESSAGE)
         case "Lost":
-          return {
-            _tag: "Fenced",
-            decision: {
-              ...known,
-              outcome: "cancelled",
-              action: "nack-requeue",
-              reason: `lease_${result.lost.reason}`,
-            },
-          }
+          return fenced(known, `lease_${result.lost.reason}`)
         case "Shutdown":
           return {
             _tag: "Requeue",
@@ -644,12 +635,14 @@ export const make = <A, I, O, R>(
         yield* warnClassicOnce(delivery)
       }
       // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
-      const slotted = yield* Effect.exit(restore(limiter.acquire))
-      if (Exit.isFailure(slotted)) return yield* shutdownOrBroken(known, slotted.cause)
-      held.ticket = slotted.value
-      const started = yield* Effect.exit(restore(publishStarted(delivery, envelope, known)))
-      if (Exit.isFailure(started)) return yield* shutdownOrBroken(known, started.cause)
-      if (started.value !== undefined) return started.value
+      held.ticket = limiter.tryAcquire()
+      if (held.ticket === undefined) {
+        const slotted = yield* Effect.exit(restore(limiter.acquire))
+        if (Exit.isFailure(slotted)) return yield* shutdownOrBroken(known, slotted.cause)
+        held.ticket = slotted.value
+      }
+      const started = yield* publishStarted(delivery, envelope, known, restore)
+      if (started !== undefined) return started
       const startedAt = clock.unsafeCurrentTimeMillis()
       const result = yield* runHandler(envelope, input, known, delivery.lease, slot, restore)
       // The slot is the handler's: given back before a retry's backoff or the conclusion.
@@ -703,7 +696,7 @@ export const make = <A, I, O, R>(
         if (held.ticket !== undefined) yield* limiter.release(held.ticket, "other")
         keep?.(decision)
         WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
-        yield* Decision.logOnFiber(decision)
+        yield* Decision.log(decision)
         return decision
       })
 
