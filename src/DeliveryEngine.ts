@@ -15,6 +15,7 @@ import {
   Exit,
   Fiber,
   FiberRef,
+  FiberRefs,
   FiberSet,
   HashMap,
   Option,
@@ -413,8 +414,8 @@ export const make = <A, I, O, R>(
       lease: Lease,
       slot: Slot,
       restore: Restore,
+      taskScope: Scope.CloseableScope,
     ): Steps<Result> {
-      const taskScope = yield* Scope.make()
       let progress: ProgressThrottle["Type"] extends
         { open: (...a: any) => Effect.Effect<infer P, any, any> } ? P | undefined
         : never
@@ -455,12 +456,6 @@ export const make = <A, I, O, R>(
       const release = yield* renewal.hold(
         lease,
         (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
-      )
-      // The fiber is the engine's own (a pool fiber, or `handle`'s): its context becomes the
-      // handler's services `R` and the task's scope, and stays so until the next task.
-      yield* FiberRef.set(
-        FiberRef.currentContext,
-        Context.add(handlerContext, Scope.Scope, taskScope),
       )
       const exit = yield* Effect.exit(
         restore(invoke(worker, input, context) as Effect.Effect<unknown, unknown>),
@@ -630,6 +625,7 @@ export const make = <A, I, O, R>(
       slot: Slot,
       restore: Restore,
       held: Held,
+      taskScope: Scope.CloseableScope,
     ): Steps<Plan> {
       if (!warnedClassic && delivery.redeliveries._tag === "Flagged") {
         yield* warnClassicOnce(delivery)
@@ -644,7 +640,15 @@ export const make = <A, I, O, R>(
       const started = yield* publishStarted(delivery, envelope, known, restore)
       if (started !== undefined) return started
       const startedAt = clock.unsafeCurrentTimeMillis()
-      const result = yield* runHandler(envelope, input, known, delivery.lease, slot, restore)
+      const result = yield* runHandler(
+        envelope,
+        input,
+        known,
+        delivery.lease,
+        slot,
+        restore,
+        taskScope,
+      )
       // The slot is the handler's: given back before a retry's backoff or the conclusion.
       yield* limiter.release(held.ticket!, handlerEnd(result))
       held.ticket = undefined
@@ -679,19 +683,41 @@ export const make = <A, I, O, R>(
         } catch (defect) {
           broken = Cause.die(defect)
         }
-        // Set, not scoped: the fiber's annotations are this delivery's until the next one's.
-        yield* FiberRef.set(
-          FiberRef.currentLogAnnotations,
-          HashMap.mutate(baseAnnotations, (annotations) => {
-            if (known.taskId !== undefined) HashMap.set(annotations, "task_id", known.taskId)
-            if (known.attempt !== undefined) HashMap.set(annotations, "attempt", known.attempt)
-          }),
-        )
-        const plan: Plan = first === undefined
-          ? yield* shutdownOrBroken(known, broken!)
-          : first._tag === "Run"
-          ? yield* run(delivery, first.envelope, first.input, known, slot, restore, held)
-          : first
+        const annotations = HashMap.mutate(baseAnnotations, (annotations) => {
+          if (known.taskId !== undefined) HashMap.set(annotations, "task_id", known.taskId)
+          if (known.attempt !== undefined) HashMap.set(annotations, "attempt", known.attempt)
+        })
+        // Set, not scoped, on the engine's own fiber (a pool fiber, or `handle`'s): its
+        // annotations are this delivery's, and for a task its context the handler's services
+        // `R` and the task's scope, until the next delivery. Set together, as each set copies
+        // every FiberRef of the fiber. A task that does not reach its handler leaves its scope
+        // empty: there is nothing to close.
+        let plan: Plan
+        if (first?._tag === "Run") {
+          const taskScope = yield* Scope.make()
+          const context = Context.add(handlerContext, Scope.Scope, taskScope)
+          yield* Effect.updateFiberRefs((id, refs) =>
+            FiberRefs.updateManyAs(refs, {
+              entries: [
+                [FiberRef.currentLogAnnotations, [[id, annotations]]],
+                [FiberRef.currentContext, [[id, context]]],
+              ],
+            })
+          )
+          plan = yield* run(
+            delivery,
+            first.envelope,
+            first.input,
+            known,
+            slot,
+            restore,
+            held,
+            taskScope,
+          )
+        } else {
+          yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+          plan = first ?? (yield* shutdownOrBroken(known, broken!))
+        }
         const decision = yield* settle(delivery, plan)
         if (held.ticket !== undefined) yield* limiter.release(held.ticket, "other")
         keep?.(decision)
