@@ -78,7 +78,7 @@ export interface Adaptive {
 export interface Pool {
   readonly _tag: "Pool"
   readonly capacity: number
-  readonly slots: Effect.Semaphore
+  readonly slots: Slots
 }
 
 /**
@@ -140,7 +140,7 @@ export const pool = (options: { readonly capacity: number }): Pool => {
   return {
     _tag: "Pool",
     capacity: options.capacity,
-    slots: Effect.unsafeMakeSemaphore(options.capacity),
+    slots: new Slots(options.capacity),
   }
 }
 
@@ -162,10 +162,15 @@ export type HandlerEnd = "success" | "congestion" | "timeout" | "other"
 export interface Limiter {
   /** The target now: tasks this worker may run at once (and its prefetch). */
   readonly target: () => number
-  /** Waits for a slot; returns a ticket to give back with {@link Limiter.release}. */
-  readonly acquire: Effect.Effect<number>
-  /** A ticket for a slot free now, without waiting; `undefined` when {@link acquire} must wait. */
+  /**
+   * Takes a slot (and the task's weight of its pool) if free now, and returns a ticket to give
+   * back with {@link Limiter.release}; `undefined` when there is none: wait with
+   * {@link Limiter.awaitSlot}, then try again. Synchronous, so that whoever takes the slot
+   * records it in the same step, and no interruption falls between the two.
+   */
   readonly tryAcquire: () => number | undefined
+  /** Completes when {@link Limiter.tryAcquire} may succeed (another taker may come first). */
+  readonly awaitSlot: Effect.Effect<void>
   /** Gives the slot back, saying how the handler ended (the adaptive policy's feedback). */
   readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void>
   /** Sets the target (a non-zero one clamped to an adaptive policy's bounds); running tasks go on. */
@@ -235,29 +240,29 @@ export const makeLimiter = (
 
     const giveBack = (ticket: number, ended: HandlerEnd) =>
       Effect.suspend(() => {
+        pooled?.slots.release(weight)
         own.release()
         return feedback(ticket, ended)
       })
 
     return {
       target: () => target,
-      tryAcquire: () => pooled === undefined && own.tryTake() ? ++tickets : undefined,
-      acquire: pooled === undefined
-        ? Effect.suspend(() =>
-          own.tryTake() ? Effect.succeed(++tickets) : Effect.map(own.take, () => ++tickets)
-        )
-        : own.take.pipe(
-          Effect.zipRight(
-            pooled.slots.take(weight).pipe(
-              Effect.onInterrupt(() => Effect.sync(() => own.release())),
-            ),
-          ),
-          Effect.map(() => ++tickets),
-        ),
-      release: (ticket, ended) =>
-        pooled === undefined
-          ? giveBack(ticket, ended)
-          : Effect.zipRight(pooled.slots.release(weight), giveBack(ticket, ended)),
+      tryAcquire: () => {
+        if (!own.tryTake()) return undefined
+        if (pooled !== undefined && !pooled.slots.tryTake(weight)) {
+          own.release()
+          return undefined
+        }
+        return ++tickets
+      },
+      awaitSlot: Effect.suspend(() =>
+        own.free < 1
+          ? own.awaitFree()
+          : pooled === undefined
+          ? Effect.void
+          : pooled.slots.awaitFree(weight)
+      ),
+      release: giveBack,
       // 0 pauses an adaptive worker too; any other target keeps within its bounds.
       setTarget: (n) => apply(n === 0 ? 0 : clamp(n)),
       onChange: (listener) => void listeners.push(listener),

@@ -387,7 +387,7 @@ export const make = <A, I, O, R>(
         WorkerMetrics.count(WorkerMetrics.messagesPublished("started"))
         return undefined
       }
-      if (Option.isSome(Cause.failureOption(published.cause))) {
+      if (!Cause.isDie(published.cause) && Option.isSome(Cause.failureOption(published.cause))) {
         WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
         return {
           _tag: "Requeue",
@@ -632,10 +632,10 @@ export const make = <A, I, O, R>(
       }
       // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
       held.ticket = limiter.tryAcquire()
-      if (held.ticket === undefined) {
-        const slotted = yield* Effect.exit(restore(limiter.acquire))
-        if (Exit.isFailure(slotted)) return yield* shutdownOrBroken(known, slotted.cause)
-        held.ticket = slotted.value
+      while (held.ticket === undefined) {
+        const waited = yield* Effect.exit(restore(limiter.awaitSlot))
+        if (Exit.isFailure(waited)) return yield* shutdownOrBroken(known, waited.cause)
+        held.ticket = limiter.tryAcquire()
       }
       const started = yield* publishStarted(delivery, envelope, known, restore)
       if (started !== undefined) return started

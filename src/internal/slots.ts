@@ -1,14 +1,15 @@
 /**
- * A counting semaphore for the engine's own limit, taken and given back by every task. Effect's
- * `Semaphore` takes a permit through an `Effect.async` even when one is free, and gives it back
- * through the fiber's runtime: most of a no-op task's steps. Here a free slot is taken in one
- * step, and only a take that must wait is an `Effect.async`.
+ * A counting semaphore taken and given back by every task: a worker's own limit, and a pool's.
+ * Effect's `Semaphore` takes a permit through an `Effect.async` even when one is free, and gives
+ * it back through the fiber's runtime: most of a no-op task's steps. Here slots are taken
+ * synchronously, by whoever records them in the same step, and only waiting is an Effect:
+ * a wait that is interrupted, or a taker interrupted as it takes, cannot hold a slot it does not
+ * know of.
  */
 import { Effect } from "effect"
 
 export class Slots {
   private taken = 0
-  /** Takes waiting for a free slot, oldest first. */
   private readonly waiters = new Set<() => void>()
 
   constructor(private permits: number) {}
@@ -17,32 +18,15 @@ export class Slots {
     return this.permits - this.taken
   }
 
-  /**
-   * Takes a slot, waiting for one. Waiters are woken, not given a slot: each takes one when it
-   * runs, or waits again, so that a waiter interrupted in between holds no slot it cannot give
-   * back. All are woken, as any of them may be the one interrupted.
-   */
-  readonly take: Effect.Effect<void> = Effect.suspend(() => {
-    if (this.tryTake()) return Effect.void
-    return Effect.async<void>((resume) => {
-      const wake = () => {
-        this.waiters.delete(wake)
-        resume(this.take)
-      }
-      this.waiters.add(wake)
-      return Effect.sync(() => void this.waiters.delete(wake))
-    })
-  })
-
-  /** Takes a free slot now, if there is one. */
-  tryTake(): boolean {
-    if (this.free <= 0) return false
-    this.taken++
+  /** Takes `n` slots now, if they are free. */
+  tryTake(n = 1): boolean {
+    if (this.free < n) return false
+    this.taken += n
     return true
   }
 
-  release(): void {
-    this.taken--
+  release(n = 1): void {
+    this.taken -= n
     this.wake()
   }
 
@@ -50,6 +34,25 @@ export class Slots {
   resize(permits: number): void {
     this.permits = permits
     this.wake()
+  }
+
+  /**
+   * Completes when `n` slots are free, taking none: a wake-up, after which {@link tryTake} may
+   * still lose them to another taker. Every waiter that fits is woken, as any of them may be
+   * interrupted before it takes. Free slots are checked as the wait begins, so a release between
+   * a failed `tryTake` and this wait is not missed.
+   */
+  awaitFree(n = 1): Effect.Effect<void> {
+    return Effect.async<void>((resume) => {
+      if (this.free >= n) return resume(Effect.void)
+      const wake = () => {
+        if (this.free < n) return
+        this.waiters.delete(wake)
+        resume(Effect.void)
+      }
+      this.waiters.add(wake)
+      return Effect.sync(() => void this.waiters.delete(wake))
+    })
   }
 
   private wake(): void {

@@ -3,11 +3,14 @@
  * timers of every delivery: a fiber (or a race) per delivery costs more than the rest of the
  * engine together, so they share this one. Timers of one delay are kept in insertion order,
  * which is due order as well, so the next due timer is the head of one of a few lanes. A lane is
- * kept when it empties: its users have a few fixed delays (a time limit, a renewal interval),
- * and a task that ends before its timer would otherwise make and drop a lane each time.
+ * kept when it empties, up to a few: a worker's delays are a few fixed ones (a time limit, a
+ * renewal interval), and a task that ends before its timer would otherwise make and drop a lane
+ * each time; a transport whose leases vary in length must not make the lanes grow without end.
  */
 import type { Scope } from "effect"
 import { Deferred, Effect, FiberId } from "effect"
+
+const KEPT_LANES = 8
 
 interface Entry {
   readonly due: number
@@ -28,15 +31,22 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
   let target = Infinity
   let wake: Deferred.Deferred<void> | undefined
 
-  const earliest = (): { entry: Entry; lane: Set<Entry> } | undefined => {
-    let best: { entry: Entry; lane: Set<Entry> } | undefined
-    for (const lane of lanes.values()) {
+  const earliest = (): { entry: Entry; lane: Set<Entry>; delay: number } | undefined => {
+    let best: { entry: Entry; lane: Set<Entry>; delay: number } | undefined
+    for (const [delay, lane] of lanes) {
       const head = lane.values().next().value
       if (head !== undefined && (best === undefined || head.due < best.entry.due)) {
-        best = { entry: head, lane }
+        best = { entry: head, lane, delay }
       }
     }
     return best
+  }
+
+  const remove = (delay: number, lane: Set<Entry>, entry: Entry) => {
+    lane.delete(entry)
+    if (lane.size === 0 && lanes.size > KEPT_LANES && lanes.get(delay) === lane) {
+      lanes.delete(delay)
+    }
   }
 
   const after = (delayMillis: number, action: Effect.Effect<void>) => {
@@ -55,7 +65,7 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
       Deferred.unsafeDone(w, Effect.void)
     }
     const owner = lane
-    return () => void owner.delete(entry)
+    return () => remove(delayMillis, owner, entry)
   }
 
   // Once woken for a timer, the fiber sleeps until that timer's due even if it was cancelled in
@@ -66,7 +76,7 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
       let now = clock.unsafeCurrentTimeMillis()
       let next = earliest()
       while (next !== undefined && next.entry.due <= now) {
-        next.lane.delete(next.entry)
+        remove(next.delay, next.lane, next.entry)
         yield* Effect.forkIn(next.entry.action, scope)
         next = earliest()
       }

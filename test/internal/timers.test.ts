@@ -88,4 +88,23 @@ describe("Timers", () => {
       yield* settle
       expect(fired).toEqual(["sooner", "later"])
     }))
+
+  it.scoped("lanes emptied and dropped or kept, for many delays, still fire in due order", () =>
+    Effect.gen(function* () {
+      const timers = yield* Timers.make
+      const fired: Array<number> = []
+      for (let delay = 1_000; delay <= 20_000; delay += 1_000) {
+        timers.after(delay, Effect.sync(() => fired.push(-delay)))()
+      }
+      for (const delay of [20_000, 3_000, 11_000, 1_000]) {
+        timers.after(delay, Effect.sync(() => fired.push(delay)))
+      }
+      yield* settle
+      yield* TestClock.adjust("10 seconds")
+      yield* settle
+      expect(fired).toEqual([1_000, 3_000])
+      yield* TestClock.adjust("10 seconds")
+      yield* settle
+      expect(fired).toEqual([1_000, 3_000, 11_000, 20_000])
+    }))
 })
