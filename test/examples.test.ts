@@ -90,8 +90,25 @@ describe("examples/deploy", () => {
     const argv: Array<string> = JSON.parse(entrypoint!.slice("ENTRYPOINT ".length))
     expect(["deno", "node"]).toContain(argv[0])
     expect(argv.some((arg) => arg.endsWith(script))).toBe(true)
-    expect(read(file)).toContain(`COPY ${script} .`)
+    expect(read(file)).toMatch(new RegExp(`^COPY (--chown=\\S+ )?${script} \\.$`, "m"))
     expect(read(script).length).toBeGreaterThan(0)
+  })
+
+  it("Dockerfile.deno warms Deno's code cache as the worker's user, with the entrypoint's permissions", () => {
+    const text = read("Dockerfile.deno")
+    const lines = text.split("\n")
+    const entrypoint: Array<string> = JSON.parse(
+      lines.find((line) => line.startsWith("ENTRYPOINT "))!.slice("ENTRYPOINT ".length),
+    )
+    const user = lines.indexOf("USER deno")
+    const warm = lines.findIndex((line) => line.includes("WORKER_TRANSPORT=memory"))
+    expect(user).toBeGreaterThan(-1)
+    expect(warm).toBeGreaterThan(user)
+    // The warm-up runs one task in job mode, so that it exits, with the entrypoint's command line.
+    const warmUp = lines.slice(warm - 1, warm + 2).join("\n")
+    expect(warmUp).toContain("WORKER_MODE=job WORKER_JOB_MAX_TASKS=1")
+    expect(warmUp).toContain(entrypoint.join(" "))
+    expect(warmUp).toMatch(/echo '\{"task_id": "warm-up"/)
   })
 
   it("Dockerfile.node-bundle builds worker.mjs into one file, warms its cache, and runs it in exec form", () => {
