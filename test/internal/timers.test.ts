@@ -1,8 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, TestClock } from "effect"
+import { type Duration, Effect, TestClock } from "effect"
 import * as Timers from "../../src/internal/timers.ts"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
+/** Moves the clock, then lets the timers' fiber run. */
+const advance = (duration: Duration.DurationInput) =>
+  Effect.zipRight(TestClock.adjust(duration), settle)
 
 describe("Timers", () => {
   it.scoped("runs an action when its delay has passed, not before", () =>
@@ -11,11 +14,9 @@ describe("Timers", () => {
       const fired: Array<string> = []
       timers.after(1000, Effect.sync(() => fired.push("a")))
       yield* settle
-      yield* TestClock.adjust("999 millis")
-      yield* settle
+      yield* advance("999 millis")
       expect(fired).toEqual([])
-      yield* TestClock.adjust("1 millis")
-      yield* settle
+      yield* advance("1 millis")
       expect(fired).toEqual(["a"])
     }))
 
@@ -26,8 +27,7 @@ describe("Timers", () => {
       const cancel = timers.after(1000, Effect.sync(() => fired.push("a")))
       timers.after(1000, Effect.sync(() => fired.push("b")))
       cancel()
-      yield* TestClock.adjust("2 seconds")
-      yield* settle
+      yield* advance("2 seconds")
       expect(fired).toEqual(["b"])
     }))
 
@@ -41,14 +41,11 @@ describe("Timers", () => {
       yield* TestClock.adjust("1 second")
       timers.after(1_000, Effect.sync(() => fired.push("1s+1s")))
       yield* settle
-      yield* TestClock.adjust("1 second")
-      yield* settle
+      yield* advance("1 second")
       expect(fired).toEqual(["1s+1s"])
-      yield* TestClock.adjust("3 seconds")
-      yield* settle
+      yield* advance("3 seconds")
       expect(fired).toEqual(["1s+1s", "5s"])
-      yield* TestClock.adjust("25 seconds")
-      yield* settle
+      yield* advance("25 seconds")
       expect(fired).toEqual(["1s+1s", "5s", "30s"])
     }))
 
@@ -57,12 +54,10 @@ describe("Timers", () => {
       const timers = yield* Timers.make
       const fired: Array<number> = []
       timers.after(10, Effect.sync(() => fired.push(1)))
-      yield* TestClock.adjust("1 minute")
-      yield* settle
+      yield* advance("1 minute")
       timers.after(10, Effect.sync(() => fired.push(2)))
       yield* settle
-      yield* TestClock.adjust("10 millis")
-      yield* settle
+      yield* advance("10 millis")
       expect(fired).toEqual([1, 2])
     }))
 
@@ -75,17 +70,13 @@ describe("Timers", () => {
       timers.after(1500, Effect.sync(() => fired.push("later")))
       timers.after(500, Effect.sync(() => fired.push("sooner")))
       yield* settle
-      yield* TestClock.adjust("499 millis")
-      yield* settle
+      yield* advance("499 millis")
       expect(fired).toEqual([])
-      yield* TestClock.adjust("1 millis")
-      yield* settle
+      yield* advance("1 millis")
       expect(fired).toEqual(["sooner"])
-      yield* TestClock.adjust("999 millis")
-      yield* settle
+      yield* advance("999 millis")
       expect(fired).toEqual(["sooner"])
-      yield* TestClock.adjust("1 millis")
-      yield* settle
+      yield* advance("1 millis")
       expect(fired).toEqual(["sooner", "later"])
     }))
 
@@ -100,11 +91,9 @@ describe("Timers", () => {
         timers.after(delay, Effect.sync(() => fired.push(delay)))
       }
       yield* settle
-      yield* TestClock.adjust("10 seconds")
-      yield* settle
+      yield* advance("10 seconds")
       expect(fired).toEqual([1_000, 3_000])
-      yield* TestClock.adjust("10 seconds")
-      yield* settle
+      yield* advance("10 seconds")
       expect(fired).toEqual([1_000, 3_000, 11_000, 20_000])
     }))
 })
