@@ -7,10 +7,11 @@
  *
  * Each beside its baseline measured in the same run: the bare runtime starting and exiting.
  *
- * Node 20 compiles every module of Effect at each start (it has no compile cache): a third row,
- * `node-bundle`, runs the same worker as `examples/deploy/node-bundle` ships it: one file made
- * by esbuild (the worker, the SDK, Effect and amqplib), started with V8's code cache; and
- * `deno-bundle` the Deno worker script made one file by `deno bundle`.
+ * Node 20 compiles every module of Effect at each start (it has no compile cache), and Deno's
+ * code cache keeps only what a module's first evaluation compiled: the rows `node-bundle` and
+ * `deno-bundle` run the worker as `examples/deploy/bundle` ships it (`Dockerfile.node-bundle`,
+ * `Dockerfile.deno-bundle`): one file made by esbuild (the worker, the SDK, Effect and amqplib),
+ * started with V8's code cache, warmed by the runtime that runs it.
  *
  *   npm run build && deno run -A bench/lifecycle.ts [runs]
  */
@@ -50,29 +51,30 @@ const deno = [
 })
 if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci")
 
-// The Node deployment of `examples/deploy/node-bundle`: one file, started with its code cache,
-// warmed as an image build warms it (one task on the embedded broker).
+// The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
+// image build warms it (one task on the embedded broker), each by the runtime that runs it.
 const bundleDir = await Deno.makeTempDir({ prefix: "bench-lifecycle-" })
-execFileSync("node", ["examples/deploy/node-bundle/build.mjs", worker, "worker", bundleDir], {
-  cwd: root,
-})
-execFileSync("node", [`${bundleDir}/start.cjs`, "--warm"], {
-  cwd: root,
-  input:
-    `{"task_id": "warm-up", "data": {"message_type": "submission", "body": {"text": "a b"}}}\n`,
-  env: { ...Deno.env.toObject(), HEALTH_CHECK_PORT: "0" },
-})
-
-// The Deno worker script as one file (`deno bundle`), beside the same script from its sources.
-execFileSync(deno, [
-  "bundle",
-  "--quiet",
-  "--platform",
-  "deno",
-  "-o",
-  `${bundleDir}/worker.deno.js`,
-  "examples/deploy/worker.ts",
-], { cwd: root })
+const oneFile = (runtime: string, module: string, run: ReadonlyArray<string>) => {
+  const dir = `${bundleDir}/${runtime}`
+  execFileSync("node", ["examples/deploy/bundle/build.mjs", module, "worker", dir], { cwd: root })
+  execFileSync(run[0]!, [...run.slice(1), `${dir}/start.cjs`, "--warm"], {
+    cwd: root,
+    input:
+      `{"task_id": "warm-up", "data": {"message_type": "submission", "body": {"text": "a b"}}}\n`,
+    env: { ...Deno.env.toObject(), HEALTH_CHECK_PORT: "0" },
+  })
+  return [run[0]!, [...run.slice(1), `${dir}/start.cjs`]] as const
+}
+const nodeBundle = oneFile("node", worker, ["node"])
+const denoBundle = oneFile("deno", "./examples/deploy/worker.ts", [
+  deno,
+  "run",
+  "--allow-net",
+  "--allow-env",
+  "--allow-read",
+  "--allow-sys",
+  `--allow-write=${bundleDir}/deno`,
+])
 
 const runtimes = {
   deno: {
@@ -81,7 +83,7 @@ const runtimes = {
   },
   "deno-bundle": {
     bare: [deno, ["eval", ""]],
-    cli: [deno, ["run", "-A", `${bundleDir}/worker.deno.js`]],
+    cli: denoBundle,
   },
   node: {
     bare: ["node", ["-e", ""]],
@@ -89,7 +91,7 @@ const runtimes = {
   },
   "node-bundle": {
     bare: ["node", ["-e", ""]],
-    cli: ["node", [`${bundleDir}/start.cjs`]],
+    cli: nodeBundle,
   },
 } as const
 

@@ -116,13 +116,40 @@ describe("examples/deploy", () => {
     const stages = lines.filter((line) => line.startsWith("FROM "))
     // The cache is V8's of the build stage: the image must run the same Node.
     expect(stages.map((line) => line.split(" ")[1])).toEqual(["node:20-slim", "node:20-slim"])
-    expect(lines).toContain("COPY worker.mjs node-bundle/build.mjs node-bundle/start.cjs ./")
+    expect(lines).toContain("COPY worker.mjs bundle/build.mjs bundle/start.cjs ./")
     expect(lines).toContain("RUN node build.mjs ./worker.mjs worker bundle")
     expect(lines.some((line) => line.includes("node bundle/start.cjs --warm"))).toBe(true)
     const entrypoint = lines.find((line) => line.startsWith("ENTRYPOINT "))!
     expect(JSON.parse(entrypoint.slice("ENTRYPOINT ".length))).toEqual(["node", "bundle/start.cjs"])
-    for (const copied of ["worker.mjs", "node-bundle/build.mjs", "node-bundle/start.cjs"]) {
+    for (const copied of ["worker.mjs", "bundle/build.mjs", "bundle/start.cjs"]) {
       expect(read(copied).length).toBeGreaterThan(0)
     }
+  })
+
+  it("Dockerfile.deno-bundle builds worker.ts into one file, warms its cache on Deno as the worker's user, and runs it in exec form", () => {
+    const lines = read("Dockerfile.deno-bundle").split("\n")
+    const stages = lines.filter((line) => line.startsWith("FROM "))
+    expect(stages.map((line) => line.split(" ")[1])).toEqual([
+      "node:20-slim",
+      read("Dockerfile.deno").split("\n").find((line) => line.startsWith("FROM "))!.split(" ")[1],
+    ])
+    expect(lines).toContain("COPY worker.ts bundle/build.mjs bundle/start.cjs ./")
+    expect(lines).toContain("RUN node build.mjs ./worker.ts worker bundle")
+    const entrypoint: Array<string> = JSON.parse(
+      lines.find((line) => line.startsWith("ENTRYPOINT "))!.slice("ENTRYPOINT ".length),
+    )
+    expect(entrypoint.slice(0, 2)).toEqual(["deno", "run"])
+    expect(entrypoint.at(-1)).toBe("bundle/start.cjs")
+    // V8 takes a cache only from its own version: the warm-up runs in the Deno stage, as the
+    // user the worker runs as, with the entrypoint's permissions and the right to write the cache.
+    const final = lines.findLastIndex((line) => line.startsWith("FROM "))
+    const user = lines.indexOf("USER deno")
+    const warm = lines.findIndex((line) => line.includes("bundle/start.cjs --warm"))
+    expect(user).toBeGreaterThan(final)
+    expect(warm).toBeGreaterThan(user)
+    const warmUp = lines[warm]!.trim().split(/\s+/)
+    for (const arg of entrypoint) expect(warmUp).toContain(arg)
+    expect(warmUp).toContain("--allow-write=bundle")
+    expect(lines.slice(warm - 1, warm + 1).join("\n")).toMatch(/echo '\{"task_id": "warm-up"/)
   })
 })

@@ -32,7 +32,7 @@ interface RuntimeSpec {
  * `node_modules/.bin/deno` is a Node script that runs the binary with `spawnSync` and does not
  * forward signals: a SIGTERM would end the wrapper and orphan Deno. The binary it runs is used.
  */
-const denoBinary = (): string => {
+export const denoBinary = (): string => {
   const candidates = [
     join(ROOT, "node_modules/deno/deno"),
     join(ROOT, `node_modules/@deno/${process.platform}-${process.arch}-glibc/deno`),

@@ -1,12 +1,15 @@
 /**
- * Builds a Node worker into one file, for the fastest start Node 20 allows:
+ * Builds a worker module (JavaScript or TypeScript) into one file, for the fastest start of a
+ * Deno or a Node worker:
  *
  *   node build.mjs ../worker.mjs [export] [out-dir]     (needs esbuild: npm i -D esbuild)
  *
  * writes `<out-dir>/worker.cjs` (the worker, the SDK, Effect and amqplib, run by `Worker.run`)
- * and `<out-dir>/start.cjs`, which runs it keeping V8's compiled code beside it. Node 20 has no
- * compile cache of its own: without them, a start compiles each of Effect's modules again.
- * `node <out-dir>/start.cjs --warm` writes that cache (at image build) and exits.
+ * and `<out-dir>/start.cjs`, which runs it keeping V8's compiled code beside it, as
+ * `node start.cjs` or `deno run start.cjs`. Node 20 has no compile cache of its own, and Deno's
+ * keeps only what a module's first evaluation compiles: without them, a start compiles most of
+ * Effect again. `start.cjs --warm`, on the runtime that will run it, writes that cache (at image
+ * build) and exits.
  */
 import { copyFile, mkdir, readdir, rm } from "node:fs/promises"
 import { dirname, join, resolve } from "node:path"
@@ -35,6 +38,8 @@ await esbuild.build({
   platform: "node",
   format: "cjs",
   target: "node20",
+  // A Deno script's `if (import.meta.main) Worker.run(worker)`: the bundle runs it instead.
+  define: { "import.meta.main": "false" },
   logLevel: "warning",
 })
 await copyFile(

@@ -1,8 +1,8 @@
 /**
- * `examples/deploy/node-bundle`, as `Dockerfile.node` uses it: the worker built into one file
- * runs a task, its image-build warm-up writes V8's code cache, and a start reads that cache
- * (or writes a new one when V8 rejects it). Real Node processes, on the embedded broker: what is
- * tested is the recipe, not RabbitMQ.
+ * `examples/deploy/bundle`, as `Dockerfile.node-bundle` and `Dockerfile.deno-bundle` use it: the
+ * worker built into one file runs a task, its image-build warm-up writes V8's code cache, and a
+ * start reads that cache (or writes a new one when V8 rejects it), on Node and on Deno. Real
+ * processes, on the embedded broker: what is tested is the recipe, not RabbitMQ.
  */
 import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -10,13 +10,38 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { checkBuild, ROOT } from "./cli.ts"
+import { checkBuild, denoBinary, ROOT } from "./cli.ts"
 
 const TASK =
   `{"task_id": "t-1", "data": {"message_type": "submission", "body": {"text": "one two three"}}}\n`
 
-describe("examples/deploy/node-bundle", () => {
-  const out = mkdtempSync(join(tmpdir(), "node-bundle-"))
+/** The command line that runs `start.cjs` in `out`, as each image's entrypoint does. */
+const runtimes = {
+  node: (out: string, _write: boolean) => ({
+    command: process.execPath.includes("deno") ? "node" : process.execPath,
+    args: [join(out, "start.cjs")],
+  }),
+  deno: (out: string, write: boolean) => ({
+    command: denoBinary(),
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-env",
+      "--allow-read",
+      "--allow-sys",
+      ...(write ? [`--allow-write=${out}`] : []),
+      join(out, "start.cjs"),
+    ],
+  }),
+}
+
+describe.each(
+  [
+    ["node", "examples/deploy/worker.mjs"],
+    ["deno", "examples/deploy/worker.ts"],
+  ] as const,
+)("examples/deploy/bundle on %s, built from %s", (runtime, worker) => {
+  const out = mkdtempSync(join(tmpdir(), `bundle-${runtime}-`))
   /** The code cache files beside the bundle. */
   const caches = () => readdirSync(out).filter((name) => name.endsWith(".v8cache"))
   const cache = () => {
@@ -26,37 +51,40 @@ describe("examples/deploy/node-bundle", () => {
 
   beforeAll(() => {
     checkBuild()
-    execFileSync(
-      "node",
-      ["examples/deploy/node-bundle/build.mjs", "examples/deploy/worker.mjs", "worker", out],
-      { cwd: ROOT },
-    )
+    execFileSync("node", ["examples/deploy/bundle/build.mjs", worker, "worker", out], {
+      cwd: ROOT,
+    })
   })
   afterAll(() => rmSync(out, { recursive: true, force: true }))
 
   /** One task on stdin, in job mode on the embedded broker: what it published, and its exit. */
-  const start = (...args: Array<string>) => {
-    const run = spawnSync("node", [join(out, "start.cjs"), ...args], {
+  const start = (options: { readonly warm?: boolean; readonly write?: boolean } = {}) => {
+    const { command, args } = runtimes[runtime](out, options.write ?? true)
+    const env: Record<string, string> = {
+      HEALTH_CHECK_PORT: "0",
+      WORKER_TRANSPORT: "memory",
+      WORKER_MODE: "job",
+      WORKER_JOB_IDLE_TIMEOUT_S: "2",
+      NO_COLOR: "1",
+    }
+    for (const key of ["PATH", "HOME", "DENO_DIR"]) {
+      if (process.env[key] !== undefined) env[key] = process.env[key]!
+    }
+    const run = spawnSync(command, [...args, ...(options.warm ? ["--warm"] : [])], {
       cwd: out,
       input: TASK,
       encoding: "utf8",
       timeout: 30_000,
-      env: {
-        PATH: process.env.PATH ?? "",
-        HEALTH_CHECK_PORT: "0",
-        WORKER_TRANSPORT: "memory",
-        WORKER_MODE: "job",
-        WORKER_JOB_IDLE_TIMEOUT_S: "2",
-      },
+      env,
     })
     const published = run.stdout.split("\n")
       .filter((line) => line.startsWith('{"task_id"'))
       .map((line) => JSON.parse(line).data)
-    return { status: run.status, published }
+    return { status: run.status, stderr: run.stderr, published }
   }
 
   it("runs a task from one file, and its warm-up writes the code cache", () => {
-    const warm = start("--warm")
+    const warm = start({ warm: true })
     expect(warm.status).toBe(0)
     expect(warm.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
     expect(statSync(cache()).size).toBeGreaterThan(0)
@@ -77,6 +105,21 @@ describe("examples/deploy/node-bundle", () => {
     expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
     expect(statSync(cache()).size).toBeGreaterThan(1_000)
   })
+
+  if (runtime === "deno") {
+    it("runs as well where it may not write the cache, and leaves the rejected one as it is", () => {
+      const rejected = cache()
+      const good = readFileSync(rejected)
+      writeFileSync(rejected, "not a code cache")
+      const run = start({ write: false })
+      expect(run.stderr).not.toContain("NotCapable")
+      expect(run.status).toBe(0)
+      expect(run.published.at(-1)).toEqual({ message_type: "success", response: { words: 3 } })
+      expect(readFileSync(rejected, "utf8")).toBe("not a code cache")
+      expect(caches()).toHaveLength(1)
+      writeFileSync(rejected, good)
+    })
+  }
 
   it("never runs the cache of an earlier build of the same length", () => {
     // V8 checks a cache against its source's length only: a rebuilt bundle of the same length

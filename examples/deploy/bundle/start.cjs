@@ -1,10 +1,12 @@
 /**
  * Runs `worker.cjs` (made by `build.mjs`) with V8's code cache kept beside it
- * (`worker.cjs.<hash of the source>.v8cache`).
+ * (`worker.cjs.<hash of the source>.v8cache`), on Node (`node start.cjs`) or on Deno
+ * (`deno run --allow-net --allow-env --allow-read --allow-sys start.cjs`, and `--allow-write`
+ * to this directory for a run that may write the cache).
  * The cache is written as the process exits, so it holds what a whole run compiled (connecting,
  * a task, the shutdown): the next start compiles almost nothing. A missing cache, or one V8
- * rejects (another Node), is written again; one that cannot be written (a read-only file system)
- * is done without.
+ * rejects (another runtime or version), is written again; one that cannot be written (a read-only
+ * file system, no right to write) is done without.
  *
  * `--warm` runs one task from stdin on the embedded broker in job mode, then writes the cache:
  * for an image build, where no broker runs (`echo '<task>' | node start.cjs --warm`).
@@ -43,8 +45,13 @@ if (cachedData === undefined || script.cachedDataRejected) {
       fs.writeFileSync(partial, script.createCachedData())
       fs.renameSync(partial, cacheFile)
     } catch {
-      // A read-only file system: the next start compiles again, and runs as well.
-      fs.rmSync(partial, { force: true })
+      // A read-only file system, or a Deno run without the right to write here: the next start
+      // compiles again, and runs as well.
+      try {
+        fs.rmSync(partial, { force: true })
+      } catch {
+        // Nothing was written.
+      }
     }
   })
 }
