@@ -8,7 +8,7 @@
  * Each beside its baseline measured in the same run: the bare runtime starting and exiting.
  *
  * Node 20 compiles every module of Effect at each start (it has no compile cache), and Deno's
- * code cache keeps only what a module's first evaluation compiled: the rows `node-bundle` and
+ * own code cache still leaves most of a start to loading Effect: the rows `node-bundle` and
  * `deno-bundle` run the worker as `examples/deploy/bundle` ships it (`Dockerfile.node-bundle`,
  * `Dockerfile.deno-bundle`): one file made by esbuild (the worker, the SDK, Effect and amqplib),
  * started with V8's code cache, warmed by the runtime that runs it.
