@@ -15,25 +15,28 @@ import { checkBuild, denoBinary, ROOT } from "./cli.ts"
 const TASK =
   `{"task_id": "t-1", "data": {"message_type": "submission", "body": {"text": "one two three"}}}\n`
 
-/** The command line that runs `start.cjs` in `out`, as each image's entrypoint does. */
-const runtimes = {
-  node: (out: string, _write: boolean) => ({
-    command: process.execPath.includes("deno") ? "node" : process.execPath,
-    args: [join(out, "start.cjs")],
-  }),
-  deno: (out: string, write: boolean) => ({
-    command: denoBinary(),
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-env",
-      "--allow-read",
-      "--allow-sys",
-      ...(write ? [`--allow-write=${out}`] : []),
-      join(out, "start.cjs"),
-    ],
-  }),
-}
+/**
+ * The command line that runs `start.cjs` in `out`, as each image's entrypoint does; on Deno,
+ * with the right to write the cache there when `write`.
+ */
+const commandLine = (runtime: "node" | "deno", out: string, write: boolean) =>
+  runtime === "node"
+    ? {
+      command: process.execPath.includes("deno") ? "node" : process.execPath,
+      args: [join(out, "start.cjs")],
+    }
+    : {
+      command: denoBinary(),
+      args: [
+        "run",
+        "--allow-net",
+        "--allow-env",
+        "--allow-read",
+        "--allow-sys",
+        ...(write ? [`--allow-write=${out}`] : []),
+        join(out, "start.cjs"),
+      ],
+    }
 
 describe.each(
   [
@@ -59,7 +62,7 @@ describe.each(
 
   /** One task on stdin, in job mode on the embedded broker: what it published, and its exit. */
   const start = (options: { readonly warm?: boolean; readonly write?: boolean } = {}) => {
-    const { command, args } = runtimes[runtime](out, options.write ?? true)
+    const { command, args } = commandLine(runtime, out, options.write ?? true)
     const env: Record<string, string> = {
       HEALTH_CHECK_PORT: "0",
       WORKER_TRANSPORT: "memory",
