@@ -4,6 +4,9 @@ import { Inbox } from "../../src/internal/inbox.ts"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
 
+/** A take forked and left to reach its wait. */
+const waitingTake = <A, E>(inbox: Inbox<A, E>) => Effect.tap(Effect.fork(inbox.take), () => settle)
+
 describe("Inbox", () => {
   it.effect("gives kept items in order, then makes a take wait for the next offer", () =>
     Effect.gen(function* () {
@@ -12,8 +15,7 @@ describe("Inbox", () => {
       inbox.offer("b")
       expect(yield* inbox.take).toEqual(Option.some("a"))
       expect(yield* inbox.take).toEqual(Option.some("b"))
-      const waiting = yield* Effect.fork(inbox.take)
-      yield* settle
+      const waiting = yield* waitingTake(inbox)
       expect(waiting.unsafePoll()).toBeNull()
       expect(inbox.offer("c")).toBe(true)
       expect(yield* Fiber.join(waiting)).toEqual(Option.some("c"))
@@ -22,10 +24,8 @@ describe("Inbox", () => {
   it.effect("hands an offer to the taker waiting longest", () =>
     Effect.gen(function* () {
       const inbox = new Inbox<string, never>()
-      const first = yield* Effect.fork(inbox.take)
-      yield* settle
-      const second = yield* Effect.fork(inbox.take)
-      yield* settle
+      const first = yield* waitingTake(inbox)
+      const second = yield* waitingTake(inbox)
       inbox.offer("a")
       inbox.offer("b")
       expect(yield* Fiber.join(first)).toEqual(Option.some("a"))
@@ -35,8 +35,7 @@ describe("Inbox", () => {
   it.effect("an interrupted taker takes nothing: the next offer goes to the next take", () =>
     Effect.gen(function* () {
       const inbox = new Inbox<string, never>()
-      const gone = yield* Effect.fork(inbox.take)
-      yield* settle
+      const gone = yield* waitingTake(inbox)
       yield* Fiber.interrupt(gone)
       inbox.offer("a")
       expect(yield* inbox.take).toEqual(Option.some("a"))
@@ -50,8 +49,7 @@ describe("Inbox", () => {
       expect(yield* inbox.take).toEqual(Option.some("a"))
       inbox.offer("c")
       expect(inbox.takeAll()).toEqual(["b", "c"])
-      const waiting = yield* Effect.fork(inbox.take)
-      yield* settle
+      const waiting = yield* waitingTake(inbox)
       expect(waiting.unsafePoll()).toBeNull()
       yield* Fiber.interrupt(waiting)
     }))
@@ -59,8 +57,7 @@ describe("Inbox", () => {
   it.effect("closed, waiting and later takes end with None, and offers are refused", () =>
     Effect.gen(function* () {
       const inbox = new Inbox<string, never>()
-      const waiting = yield* Effect.fork(inbox.take)
-      yield* settle
+      const waiting = yield* waitingTake(inbox)
       inbox.close()
       expect(yield* Fiber.join(waiting)).toEqual(Option.none())
       expect(inbox.offer("a")).toBe(false)
@@ -71,8 +68,7 @@ describe("Inbox", () => {
   it.effect("closed with an error, waiting and later takes fail with it", () =>
     Effect.gen(function* () {
       const inbox = new Inbox<string, string>()
-      const waiting = yield* Effect.fork(inbox.take)
-      yield* settle
+      const waiting = yield* waitingTake(inbox)
       inbox.offer("kept")
       inbox.close("refused")
       expect(yield* Fiber.join(waiting)).toEqual(Option.some("kept"))
