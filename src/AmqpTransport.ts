@@ -165,7 +165,7 @@ const channelDeliveries = (channel: Amqp.Channel, leases: LeaseLoss): ChannelDel
       Effect.sync(leases.onLost((lost) => resume(Effect.succeed(lost))))
     ),
     onLost: (listener) => leases.onLost(listener),
-    isLost: Effect.sync(() => leases.lost !== undefined),
+    isLost: () => leases.lost !== undefined,
   },
   settle: (message, requeue) =>
     Effect.suspend(() => {

@@ -171,8 +171,12 @@ export interface Limiter {
   readonly tryAcquire: () => number | undefined
   /** Completes when {@link Limiter.tryAcquire} may succeed (another taker may come first). */
   readonly awaitSlot: Effect.Effect<void>
-  /** Gives the slot back, saying how the handler ended (the adaptive policy's feedback). */
-  readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void>
+  /**
+   * Gives the slot back now, saying how the handler ended (the adaptive policy's feedback), and
+   * returns the change of target that feedback calls for, to run; `undefined` when there is
+   * none. Synchronous, as {@link Limiter.tryAcquire} is: every task gives its slot back.
+   */
+  readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void> | undefined
   /** Sets the target (a non-zero one clamped to an adaptive policy's bounds); running tasks go on. */
   readonly setTarget: (n: number) => Effect.Effect<void>
   /** Runs `listener` with each new target, whoever changed it (to follow with the prefetch). */
@@ -221,29 +225,28 @@ export const makeLimiter = (
       yield* Metric.set(WorkerMetrics.concurrencyTarget, target)
     }
 
-    const feedback = (ticket: number, ended: HandlerEnd): Effect.Effect<void> => {
-      if (adaptivePolicy === undefined) return Effect.void
+    const feedback = (ticket: number, ended: HandlerEnd): Effect.Effect<void> | undefined => {
+      if (adaptivePolicy === undefined) return undefined
       const congested = ended === "congestion" ||
         (adaptivePolicy.decreaseOnTimeout && ended === "timeout")
       if (congested) {
         successes = 0
-        if (ticket <= decreasedAt) return Effect.void
+        if (ticket <= decreasedAt) return undefined
         decreasedAt = tickets
         return apply(clamp(Math.floor(target * adaptivePolicy.decrease)))
       }
-      if (ended !== "success") return Effect.void
+      if (ended !== "success") return undefined
       successes += 1
-      if (successes < (adaptivePolicy.window ?? target)) return Effect.void
+      if (successes < (adaptivePolicy.window ?? target)) return undefined
       successes = 0
       return apply(clamp(target + 1))
     }
 
-    const giveBack = (ticket: number, ended: HandlerEnd) =>
-      Effect.suspend(() => {
-        pooled?.slots.release(weight)
-        own.release()
-        return feedback(ticket, ended)
-      })
+    const giveBack = (ticket: number, ended: HandlerEnd) => {
+      pooled?.slots.release(weight)
+      own.release()
+      return feedback(ticket, ended)
+    }
 
     return {
       target: () => target,

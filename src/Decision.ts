@@ -9,6 +9,7 @@ import {
   Context,
   DefaultServices,
   Effect,
+  type Fiber,
   FiberRef,
   HashMap,
   HashSet,
@@ -87,29 +88,40 @@ export const format = (d: Decision): string => {
  */
 export const log = (d: Decision): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => {
-    WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-    if (LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)) {
-      return Effect.void
-    }
-    const loggers = fiber.getFiberRef(FiberRef.currentLoggers)
-    if (HashSet.size(loggers) === 0) return Effect.void
-    const context = fiber.getFiberRefs()
-    const clock = Context.get(fiber.getFiberRef(DefaultServices.currentServices), Clock.Clock)
-    const options: Logger.Logger.Options<unknown> = {
-      fiberId: fiber.id(),
-      logLevel: LogLevel.Info,
-      message: [format(d)],
-      cause: Cause.empty,
-      context,
-      spans: fiber.getFiberRef(FiberRef.currentLogSpan),
-      annotations: annotate(d)(fiber.getFiberRef(FiberRef.currentLogAnnotations)),
-      date: new Date(clock.unsafeCurrentTimeMillis()),
-    }
-    Inspectable.withRedactableContext(context, () => {
-      for (const logger of loggers) logger.log(options)
-    })
+    unsafeLog(fiber, d)
     return Effect.void
   })
+
+/**
+ * {@link log} at once, on `fiber`, which must be the fiber running this call: for the engine,
+ * which logs a decision per delivery on a fiber it holds.
+ *
+ * @since 0.1.0
+ * @category logging
+ */
+export const unsafeLog = (fiber: Fiber.RuntimeFiber<unknown, unknown>, d: Decision): void => {
+  WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
+  if (LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)) {
+    return
+  }
+  const loggers = fiber.getFiberRef(FiberRef.currentLoggers)
+  if (HashSet.size(loggers) === 0) return
+  const context = fiber.getFiberRefs()
+  const clock = Context.get(fiber.getFiberRef(DefaultServices.currentServices), Clock.Clock)
+  const options: Logger.Logger.Options<unknown> = {
+    fiberId: fiber.id(),
+    logLevel: LogLevel.Info,
+    message: [format(d)],
+    cause: Cause.empty,
+    context,
+    spans: fiber.getFiberRef(FiberRef.currentLogSpan),
+    annotations: annotate(d)(fiber.getFiberRef(FiberRef.currentLogAnnotations)),
+    date: new Date(clock.unsafeCurrentTimeMillis()),
+  }
+  Inspectable.withRedactableContext(context, () => {
+    for (const logger of loggers) logger.log(options)
+  })
+}
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,

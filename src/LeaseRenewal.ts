@@ -19,9 +19,10 @@ import type { LeaseLost } from "./WorkerError.ts"
 export class LeaseRenewal extends Context.Tag("@async-task/worker/LeaseRenewal")<LeaseRenewal, {
   /**
    * Holds the lease until the returned release is called: renews it if it can be, and calls
-   * `onLost` once if it is lost first (taken back, or a renewal refused).
+   * `onLost` once if it is lost first (taken back, or a renewal refused). Synchronous, for the
+   * engine, which holds a lease per delivery: {@link keep} is the Effect of it.
    */
-  readonly hold: (lease: Lease, onLost: (lost: LeaseLost) => void) => Effect.Effect<() => void>
+  readonly unsafeHold: (lease: Lease, onLost: (lost: LeaseLost) => void) => () => void
   /** Holds the lease for as long as this runs; completes with why it was lost. */
   readonly keep: (lease: Lease) => Effect.Effect<LeaseLost>
 }>() {}
@@ -46,43 +47,44 @@ export const renewalInterval = (duration: Duration.Duration): Duration.Duration 
 export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Effect.gen(
   function* () {
     const timers = yield* Timers.make
-    const hold = (lease: Lease, onLost: (lost: LeaseLost) => void) =>
-      Effect.sync(() => {
-        let held = true
-        const lose = (lost: LeaseLost) => {
-          if (!held) return
-          held = false
-          onLost(lost)
-        }
-        const stopWatching = lease.onLost(lose)
-        let cancelRenewal = () => {}
-        if (Option.isSome(lease.renew) && Option.isSome(lease.duration)) {
-          const renew = lease.renew.value
-          const interval = Duration.toMillis(renewalInterval(lease.duration.value))
-          const renewal: Effect.Effect<void> = Effect.suspend(() =>
-            held
-              ? renew.pipe(Effect.match({
-                onFailure: lose,
-                onSuccess: () => {
-                  if (held) cancelRenewal = timers.after(interval, renewal)
-                },
-              }))
-              : Effect.void
-          )
-          cancelRenewal = timers.after(interval, renewal)
-        }
-        return () => {
-          held = false
-          stopWatching()
-          cancelRenewal()
-        }
-      })
+    const unsafeHold = (lease: Lease, onLost: (lost: LeaseLost) => void) => {
+      let held = true
+      const lose = (lost: LeaseLost) => {
+        if (!held) return
+        held = false
+        onLost(lost)
+      }
+      const stopWatching = lease.onLost(lose)
+      let cancelRenewal = () => {}
+      if (Option.isSome(lease.renew) && Option.isSome(lease.duration)) {
+        const renew = lease.renew.value
+        const interval = Duration.toMillis(renewalInterval(lease.duration.value))
+        const renewal: Effect.Effect<void> = Effect.suspend(() =>
+          held
+            ? renew.pipe(Effect.match({
+              onFailure: lose,
+              onSuccess: () => {
+                if (held) cancelRenewal = timers.after(interval, renewal)
+              },
+            }))
+            : Effect.void
+        )
+        cancelRenewal = timers.after(interval, renewal)
+      }
+      return () => {
+        held = false
+        stopWatching()
+        cancelRenewal()
+      }
+    }
     return LeaseRenewal.of({
-      hold,
+      unsafeHold,
       keep: (lease) =>
         Effect.flatMap(Deferred.make<LeaseLost>(), (lost) =>
           Effect.acquireUseRelease(
-            hold(lease, (why) => Deferred.unsafeDone(lost, Effect.succeed(why))),
+            Effect.sync(() =>
+              unsafeHold(lease, (why) => Deferred.unsafeDone(lost, Effect.succeed(why)))
+            ),
             () => Deferred.await(lost),
             (release) => Effect.sync(release),
           )),

@@ -116,7 +116,7 @@ const toDelivery = (
         Effect.sync(core.onLost(h, (lost) => resume(Effect.succeed(lost))))
       ),
       onLost: (listener) => core.onLost(h, listener),
-      isLost: Effect.sync(() => h.state === "lost"),
+      isLost: () => h.state === "lost",
     },
     ack: Effect.suspend(() => settle(core.ack(h))),
     requeue: Effect.suspend(() => settle(core.requeue(h))),
@@ -195,10 +195,7 @@ export const make = (
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
-          take: Effect.map(
-            consumer.inbox.take,
-            Option.map((h) => toDelivery(core, h, classic, duration)),
-          ),
+          take: consumer.inbox.takeMap((h) => toDelivery(core, h, classic, duration)),
           publish: (body, type) => publish(o.outQueue, body, type),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
           stopIntake: Effect.sync(() => {

@@ -17,7 +17,9 @@ import { Effect, LogLevel, Runtime } from "effect"
 export type Progress = Effect.Effect<void> & PromiseLike<void>
 
 /**
- * The context a handler receives with its input.
+ * The context a handler receives with its input. `signal` and `logger` are made when first
+ * read, as getters of the context's class: a spread (`{ ...ctx }`) does not copy them, so pass
+ * the context itself on.
  *
  * @since 0.1.0
  * @category models
@@ -124,6 +126,59 @@ export const awaitable = <R>(
 }
 
 /**
+ * A task's context. `signal` and `logger` are getters of the class, made when first read: an
+ * `AbortController` costs microseconds on Node, and most Effect handlers never read it; an
+ * object literal with getters of its own costs as much to make. So a spread (`{ ...ctx }`)
+ * does not copy them: pass the context itself on, or name its fields.
+ */
+class Live implements TaskContext {
+  readonly taskId: string
+  readonly attempt: number
+  readonly deliveryLimit: number
+  readonly clientId: string | undefined
+  readonly inputRefs: ReadonlyArray<string>
+  readonly progress: TaskContext["progress"]
+  readonly #info: TaskInfo
+  readonly #makeLogger: (info: TaskInfo) => TaskLogger
+  #controller: AbortController | undefined = undefined
+  #logger: TaskLogger | undefined = undefined
+  #abortedWith: string | undefined = undefined
+
+  constructor(
+    info: TaskInfo,
+    progress: TaskContext["progress"],
+    makeLogger: (info: TaskInfo) => TaskLogger,
+  ) {
+    this.taskId = info.taskId
+    this.attempt = info.attempt
+    this.deliveryLimit = info.deliveryLimit
+    this.clientId = info.clientId
+    this.inputRefs = info.inputRefs
+    this.progress = progress
+    this.#info = info
+    this.#makeLogger = makeLogger
+  }
+
+  get logger(): TaskLogger {
+    return (this.#logger ??= this.#makeLogger(this.#info))
+  }
+
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController()
+      if (this.#abortedWith !== undefined) this.#controller.abort(this.#abortedWith)
+    }
+    return this.#controller.signal
+  }
+
+  static abort(context: Live, reason: string): void {
+    if (context.#abortedWith !== undefined) return
+    context.#abortedWith = reason
+    context.#controller?.abort(reason)
+  }
+}
+
+/**
  * A context and the means to fire its signal. The `AbortController` is made only when a
  * handler reads `signal`, as most Effect handlers never do.
  *
@@ -135,33 +190,6 @@ export const make = (
   progress: TaskContext["progress"],
   makeLogger: (info: TaskInfo) => TaskLogger,
 ): { readonly context: TaskContext; readonly abort: (reason: string) => void } => {
-  let controller: AbortController | undefined
-  let logger: TaskLogger | undefined
-  let abortedWith: string | undefined
-  const context: TaskContext = {
-    taskId: info.taskId,
-    attempt: info.attempt,
-    deliveryLimit: info.deliveryLimit,
-    clientId: info.clientId,
-    inputRefs: info.inputRefs,
-    progress,
-    get logger() {
-      return (logger ??= makeLogger(info))
-    },
-    get signal() {
-      if (controller === undefined) {
-        controller = new AbortController()
-        if (abortedWith !== undefined) controller.abort(abortedWith)
-      }
-      return controller.signal
-    },
-  }
-  return {
-    context,
-    abort: (reason) => {
-      if (abortedWith !== undefined) return
-      abortedWith = reason
-      controller?.abort(reason)
-    },
-  }
+  const context = new Live(info, progress, makeLogger)
+  return { context, abort: (reason) => Live.abort(context, reason) }
 }

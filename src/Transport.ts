@@ -47,8 +47,11 @@ export interface Lease {
    * function stops listening. The engine listens this way rather than with a fiber per lease.
    */
   readonly onLost: (listener: (lost: LeaseLost) => void) => () => void
-  /** Whether the lease is lost now: checked before anything is published for the task. */
-  readonly isLost: Effect.Effect<boolean>
+  /**
+   * Whether the lease is lost now: checked before anything is published for the task. A plain
+   * read, not an Effect: the engine asks it twice per delivery.
+   */
+  readonly isLost: () => boolean
 }
 
 /**

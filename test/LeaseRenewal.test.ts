@@ -31,7 +31,7 @@ const makeLease = (options: {
         const watcher = Effect.runFork(Effect.map(Deferred.await(lost), listener))
         return () => watcher.unsafeInterruptAsFork(watcher.id())
       },
-      isLost: Deferred.isDone(lost),
+      isLost: () => Effect.runSync(Deferred.isDone(lost)),
     }
     return {
       lease,

@@ -48,4 +48,13 @@ describe("TaskContext", () => {
       "r",
     ]])
   })
+
+  it("signal and logger are made once, and the first abort's reason is kept", () => {
+    const { abort, ctx } = makeTaskContext()
+    expect(ctx.signal).toBe(ctx.signal)
+    expect(ctx.logger).toBe(ctx.logger)
+    abort("time limit")
+    abort("shutdown")
+    expect(ctx.signal.reason).toBe("time limit")
+  })
 })

@@ -9,33 +9,47 @@ import { Effect, Option } from "effect"
 
 const NONE = Effect.succeed(Option.none())
 
+/** A take that waits: given the next item, or the end. */
+type Taker<A, E> = (item: A | undefined, end?: Effect.Effect<Option.Option<never>, E>) => void
+
 export class Inbox<A, E> {
   private items: Array<A | undefined> = []
   private head = 0
-  private readonly takers = new Set<(taken: Effect.Effect<Option.Option<A>, E>) => void>()
-  private end: Effect.Effect<Option.Option<A>, E> | undefined
+  private readonly takers = new Set<Taker<A, E>>()
+  private end: Effect.Effect<Option.Option<never>, E> | undefined
 
   /** Hands `item` to the taker waiting longest, or keeps it; `false` once closed. */
   offer(item: A): boolean {
     if (this.end !== undefined) return false
     for (const taker of this.takers) {
       this.takers.delete(taker)
-      taker(Effect.succeed(Option.some(item)))
+      taker(item)
       return true
     }
     this.items.push(item)
     return true
   }
 
-  /** The next item, waiting for one; once closed, `None` or the error it was closed with. */
-  readonly take: Effect.Effect<Option.Option<A>, E> = Effect.suspend(() => {
-    if (this.end !== undefined) return this.end
-    if (this.head < this.items.length) return Effect.succeed(Option.some(this.shift()))
-    return Effect.async<Option.Option<A>, E>((resume) => {
-      this.takers.add(resume)
-      return Effect.sync(() => void this.takers.delete(resume))
+  /**
+   * The next item as `f` makes it, waiting for one; once closed, `None` or the error it was
+   * closed with. A transport that hands out something made of each item makes it here, rather
+   * than in one more step per item.
+   */
+  takeMap<B>(f: (item: A) => B): Effect.Effect<Option.Option<B>, E> {
+    return Effect.suspend(() => {
+      if (this.end !== undefined) return this.end
+      if (this.head < this.items.length) return Effect.succeed(Option.some(f(this.shift())))
+      return Effect.async<Option.Option<B>, E>((resume) => {
+        const taker: Taker<A, E> = (item, end) =>
+          resume(end ?? Effect.succeed(Option.some(f(item as A))))
+        this.takers.add(taker)
+        return Effect.sync(() => void this.takers.delete(taker))
+      })
     })
-  })
+  }
+
+  /** The next item, waiting for one; once closed, `None` or the error it was closed with. */
+  readonly take: Effect.Effect<Option.Option<A>, E> = this.takeMap((item) => item)
 
   /** Every item not taken, removed. */
   takeAll(): Array<A> {
@@ -56,7 +70,7 @@ export class Inbox<A, E> {
     this.head = 0
     const takers = [...this.takers]
     this.takers.clear()
-    for (const taker of takers) taker(this.end)
+    for (const taker of takers) taker(undefined, this.end)
   }
 
   get isClosed(): boolean {

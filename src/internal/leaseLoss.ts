@@ -4,20 +4,31 @@
  */
 import { LeaseLost } from "../WorkerError.ts"
 
+type Listener = (lost: LeaseLost) => void
+
 export class LeaseLoss {
   /** Why the lease was lost, once it is. */
   lost: LeaseLost | undefined
-  private listeners: Set<(lost: LeaseLost) => void> | undefined
+  /** The listeners: one alone (every delivery's lease has one, the engine's), or a set. */
+  private listeners: Listener | Set<Listener> | undefined
 
   /** Calls `listener` when the lease is lost (at once if it is); returns how to stop listening. */
-  onLost(listener: (lost: LeaseLost) => void): () => void {
+  onLost(listener: Listener): () => void {
     if (this.lost !== undefined) {
       listener(this.lost)
       return () => {}
     }
-    const listeners = (this.listeners ??= new Set())
-    listeners.add(listener)
-    return () => void listeners.delete(listener)
+    const current = this.listeners
+    if (current === undefined) this.listeners = listener
+    else if (current instanceof Set) current.add(listener)
+    else this.listeners = new Set([current, listener])
+    return () => this.forget(listener)
+  }
+
+  private forget(listener: Listener): void {
+    const current = this.listeners
+    if (current === listener) this.listeners = undefined
+    else if (current instanceof Set) current.delete(listener)
   }
 
   /** Loses the lease, if it is not lost yet, and tells every listener. */
@@ -25,9 +36,10 @@ export class LeaseLoss {
     if (this.lost !== undefined) return
     const lost = new LeaseLost({ reason })
     this.lost = lost
-    const listeners = this.listeners
+    const current = this.listeners
     this.listeners = undefined
-    if (listeners === undefined) return
+    if (current === undefined) return
+    const listeners = current instanceof Set ? current : [current]
     for (const listener of listeners) {
       try {
         listener(lost)

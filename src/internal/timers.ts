@@ -12,15 +12,22 @@ import { Deferred, Effect, FiberId } from "effect"
 
 const KEPT_LANES = 8
 
+/**
+ * What a timer does when due: an Effect runs in a fiber of its own; a function is called by the
+ * timers' fiber, for a callback that only records and signals (a time limit's), which a fiber
+ * and an Effect per delivery would cost more than.
+ */
+export type Action = Effect.Effect<void> | (() => void)
+
 interface Entry {
   readonly due: number
-  readonly action: Effect.Effect<void>
+  readonly action: Action
 }
 
 /** The timers of one scope. */
 export interface Timers {
-  /** Runs `action` (in its own fiber) after `delayMillis`, unless cancelled by the returned function first. */
-  readonly after: (delayMillis: number, action: Effect.Effect<void>) => () => void
+  /** Runs `action` after `delayMillis`, unless cancelled by the returned function first. */
+  readonly after: (delayMillis: number, action: Action) => () => void
 }
 
 /** Timers whose fiber, and whose pending actions, end with the scope. */
@@ -49,7 +56,7 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     }
   }
 
-  const after = (delayMillis: number, action: Effect.Effect<void>) => {
+  const after = (delayMillis: number, action: Action) => {
     const entry: Entry = { due: clock.unsafeCurrentTimeMillis() + delayMillis, action }
     let lane = lanes.get(delayMillis)
     if (lane === undefined) {
@@ -77,7 +84,16 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
       let next = earliest()
       while (next !== undefined && next.entry.due <= now) {
         remove(next.delay, next.lane, next.entry)
-        yield* Effect.forkIn(next.entry.action, scope)
+        const action = next.entry.action
+        if (typeof action === "function") {
+          try {
+            action()
+          } catch {
+            // A callback's failure is its own: the timers of every other task must still fire.
+          }
+        } else {
+          yield* Effect.forkIn(action, scope)
+        }
         next = earliest()
       }
       now = clock.unsafeCurrentTimeMillis()

@@ -96,4 +96,21 @@ describe("Timers", () => {
       yield* advance("10 seconds")
       expect(fired).toEqual([1_000, 3_000, 11_000, 20_000])
     }))
+
+  it.scoped("calls a function action on its own fiber; one that throws stops no other timer", () =>
+    Effect.gen(function* () {
+      const timers = yield* Timers.make
+      const fired: Array<string> = []
+      timers.after(100, () => {
+        throw new Error("a broken callback")
+      })
+      timers.after(100, () => void fired.push("same due"))
+      timers.after(200, () => void fired.push("later"))
+      timers.after(300, Effect.sync(() => fired.push("an effect")))
+      yield* settle
+      yield* advance("100 millis")
+      expect(fired).toEqual(["same due"])
+      yield* advance("200 millis")
+      expect(fired).toEqual(["same due", "later", "an effect"])
+    }))
 })
