@@ -208,22 +208,32 @@ export const backoff = (
   return Effect.map(Random.next, (r) => Duration.millis(full / 2 + (r * full) / 2))
 }
 
+/**
+ * Calls the handler now and returns what it gave as an Effect (a throw is a defect, as inside
+ * `Effect.suspend`): called by the delivery's own steps, where a suspension would be one more
+ * step of every task. An Effect handler's work waits for its Effect to run; an `async` one's
+ * starts now, and a shutdown that comes meanwhile interrupts it and fires its signal.
+ */
 const invoke = <A, O, R>(
   worker: Worker<A, any, O, R>,
   input: A,
   context: TaskContext.TaskContext,
-) =>
-  Effect.suspend((): Effect.Effect<unknown, unknown, R> => {
-    const result = worker.handler(input, context)
-    if (Effect.isEffect(result)) return result
-    if (isPromiseLike(result)) {
-      return Effect.tryPromise({
-        try: () => result as PromiseLike<unknown>,
-        catch: (e) => e,
-      })
-    }
-    return Effect.succeed(result)
-  })
+): Effect.Effect<unknown, unknown, R> => {
+  let result: unknown
+  try {
+    result = worker.handler(input, context)
+  } catch (defect) {
+    return Effect.die(defect)
+  }
+  if (Effect.isEffect(result)) return result as Effect.Effect<unknown, unknown, R>
+  if (isPromiseLike(result)) {
+    return Effect.tryPromise({
+      try: () => result as PromiseLike<unknown>,
+      catch: (e) => e,
+    })
+  }
+  return Effect.succeed(result)
+}
 
 /**
  * The fiber a delivery runs on (a pool fiber, or `handle`'s), and its note that the engine

@@ -7,7 +7,7 @@
  */
 import { Data, Either } from "effect"
 import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/json.ts"
-import { encodeUtf8 } from "./internal/utf8.ts"
+import { decodeUtf8, encodeUtf8 } from "./internal/utf8.ts"
 
 /**
  * Why a message cannot be correlated with a task.
@@ -78,8 +78,6 @@ export const MAX_JSON_DEPTH = 512
  */
 export const MAX_TASK_ID_LENGTH = 256
 
-const utf8Decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
-
 const characterCount = (s: string): number => {
   let count = 0
   for (const _ of s) count++
@@ -125,12 +123,8 @@ export const decodeEnvelope = (
   if (bytes.byteLength > (options?.maxBytes ?? DEFAULT_MAX_MESSAGE_BYTES)) {
     return Poison({ reason: "too_large" })
   }
-  let text: string
-  try {
-    text = utf8Decoder.decode(bytes)
-  } catch {
-    return Poison({ reason: "not_utf8" })
-  }
+  const text = decodeUtf8(bytes)
+  if (text === undefined) return Poison({ reason: "not_utf8" })
   if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return Poison({ reason: "not_json" })
   let root: unknown
   try {
