@@ -12,7 +12,8 @@
  * the console.
  */
 import { Deferred, Effect, Layer, Logger, LogLevel, Option, Schedule, Schema } from "effect"
-import { MemoryBroker, Protocol, Settings, Worker } from "../src/index.ts"
+import { MemoryBroker, Settings, Worker } from "../src/index.ts"
+import { settleMinimally } from "./minimalLoop.ts"
 
 const TASKS = Number(Deno.args[0] ?? 100_000)
 const HELD = 10_000
@@ -74,18 +75,7 @@ const baseline = Effect.gen(function* () {
   const seconds = yield* timed(
     Effect.gen(function* () {
       for (let i = 0; i < TASKS; i++) {
-        const delivery = Option.getOrThrow(yield* transport.take)
-        const decoded = Protocol.decodeEnvelope(delivery.body)
-        const taskId = decoded._tag === "Task" ? decoded.envelope.taskId : "?"
-        yield* transport.publish(
-          Protocol.encodeMessage({ type: "started", task_id: taskId, hostname: "h" }),
-          "started",
-        )
-        yield* transport.publish(
-          Protocol.encodeMessage({ type: "success", task_id: taskId, response: { ok: true } }),
-          "success",
-        )
-        yield* delivery.ack
+        yield* settleMinimally(transport, Option.getOrThrow(yield* transport.take))
       }
     }),
   )
