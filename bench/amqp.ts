@@ -24,7 +24,7 @@
 import { Buffer } from "node:buffer"
 import { execFileSync } from "node:child_process"
 import amqp from "amqplib"
-import { Deferred, Duration, Effect, Layer, Logger, Option, Schema } from "effect"
+import { Duration, Effect, Layer, Logger, Option, Schema } from "effect"
 import { AmqpTransport, Settings, Transport, Worker } from "../src/index.ts"
 import { settleMinimally } from "./minimalLoop.ts"
 
@@ -66,6 +66,27 @@ const cleanup = async (...queues: Array<string>) => {
   await connection.close()
 }
 
+/**
+ * A loop's settled tasks: `settle` as each one is, `all` when every one is, and the loop's rate
+ * from its first task settled to its last.
+ */
+const settlements = (tasks: number) => {
+  let settled = 0
+  let first = 0
+  let last = 0
+  let done!: () => void
+  const all = new Promise<void>((resolve) => (done = resolve))
+  return {
+    settle: () => {
+      last = performance.now()
+      if (++settled === 1) first = last
+      if (settled === tasks) done()
+    },
+    all,
+    rate: () => (tasks - 1) / ((last - first) / 1000),
+  }
+}
+
 const raw = async (tasks: number): Promise<number> => {
   await preload("bench-raw_queue_in", tasks)
   const connection = await amqp.connect(URL, { noDelay: true })
@@ -80,28 +101,22 @@ const raw = async (tasks: number): Promise<number> => {
         type,
       }, (error) => (error ? reject(error) : resolve()))
     )
-  let first = 0
-  let last = 0
-  await new Promise<void>((done) => {
-    let acked = 0
-    consumer.consume("bench-raw_queue_in", (message) => {
-      if (message === null) return
-      const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
-      const head = `{"task_id":${JSON.stringify(taskId)},"data":{"message_type":`
-      publish(`${head}"started","hostname":"bench"}}`, "started")
-        .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
-        .then(() => {
-          consumer.ack(message)
-          last = performance.now()
-          if (++acked === 1) first = last
-          if (acked === tasks) done()
-        }, (error) => console.error(error))
-    })
+  const settled = settlements(tasks)
+  await consumer.consume("bench-raw_queue_in", (message) => {
+    if (message === null) return
+    const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
+    const head = `{"task_id":${JSON.stringify(taskId)},"data":{"message_type":`
+    publish(`${head}"started","hostname":"bench"}}`, "started")
+      .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
+      .then(() => {
+        consumer.ack(message)
+        settled.settle()
+      }, (error) => console.error(error))
   })
-  const rate = (tasks - 1) / ((last - first) / 1000)
+  await settled.all
   await connection.close()
   await cleanup("bench-raw_queue_in", "bench-raw_queue_out")
-  return rate
+  return settled.rate()
 }
 
 const sdk = async (tasks: number): Promise<number> => {
@@ -113,16 +128,10 @@ const sdk = async (tasks: number): Promise<number> => {
     timeout: "30 seconds",
     handler: () => Effect.succeed({ ok: true }),
   })
-  let settled = 0
-  let first = 0
-  let last = 0
-  let done!: () => void
-  const finished = new Promise<void>((resolve) => (done = resolve))
+  const settled = settlements(tasks)
   const counter = Logger.make(({ message }) => {
     if (String(Array.isArray(message) ? message[0] : message).startsWith("Delivery settled")) {
-      last = performance.now()
-      if (++settled === 1) first = last
-      if (settled === tasks) done()
+      settled.settle()
     }
   })
   const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
@@ -135,11 +144,10 @@ const sdk = async (tasks: number): Promise<number> => {
       Effect.provide(Logger.replace(Logger.defaultLogger, counter)),
     ),
   )
-  await finished
-  const rate = (tasks - 1) / ((last - first) / 1000)
+  await settled.all
   await Effect.runPromise(fiber.interruptAsFork(fiber.id()).pipe(Effect.zipRight(fiber.await)))
   await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
-  return rate
+  return settled.rate()
 }
 
 const transportOnly = async (tasks: number): Promise<number> => {
@@ -148,21 +156,16 @@ const transportOnly = async (tasks: number): Promise<number> => {
     brokerUrl: URL,
     concurrency: CONCURRENCY,
   })
-  let settled = 0
-  let first = 0
-  let last = 0
+  const settled = settlements(tasks)
   await Effect.runPromise(
     Effect.gen(function* () {
       const transport = yield* Transport.Transport
-      const finished = yield* Deferred.make<void>()
       const taker = Effect.gen(function* () {
         for (;;) {
           const next = yield* transport.take
           if (Option.isNone(next)) return
           yield* settleMinimally(transport, next.value)
-          last = performance.now()
-          if (++settled === 1) first = last
-          if (settled === tasks) yield* Deferred.succeed(finished, undefined)
+          settled.settle()
         }
       })
       yield* Effect.raceFirst(
@@ -170,7 +173,7 @@ const transportOnly = async (tasks: number): Promise<number> => {
           concurrency: "unbounded",
           discard: true,
         }),
-        Deferred.await(finished),
+        Effect.promise(() => settled.all),
       )
     }).pipe(
       Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
@@ -178,7 +181,7 @@ const transportOnly = async (tasks: number): Promise<number> => {
     ),
   )
   await cleanup("bench-transport_queue_in", "bench-transport_queue_out")
-  return (tasks - 1) / ((last - first) / 1000)
+  return settled.rate()
 }
 
 await raw(WARMUP)
