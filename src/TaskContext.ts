@@ -139,7 +139,6 @@ class Live implements TaskContext {
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
   readonly progress: TaskContext["progress"]
-  readonly #info: TaskInfo
   readonly #makeLogger: (info: TaskInfo) => TaskLogger
   #controller: AbortController | undefined = undefined
   #logger: TaskLogger | undefined = undefined
@@ -156,12 +155,12 @@ class Live implements TaskContext {
     this.clientId = info.clientId
     this.inputRefs = info.inputRefs
     this.progress = progress
-    this.#info = info
     this.#makeLogger = makeLogger
   }
 
   get logger(): TaskLogger {
-    return (this.#logger ??= this.#makeLogger(this.#info))
+    // The context is a TaskInfo itself.
+    return (this.#logger ??= this.#makeLogger(this))
   }
 
   get signal(): AbortSignal {
