@@ -59,8 +59,15 @@ export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")
   readonly failNextPublish: (
     options?: { readonly queue?: string; readonly type?: string },
   ) => Effect.Effect<void>
-  /** Every message published to the queue so far, consumed or not, oldest first. */
-  readonly published: (queue: string) => Effect.Effect<ReadonlyArray<StoredMessage>>
+  /**
+   * Every message published to the queue so far, consumed or not, oldest first; with `after`,
+   * only those published after the message of that id, on whichever queue (ids are the broker's
+   * count), found without reading the earlier ones.
+   */
+  readonly published: (
+    queue: string,
+    options?: { readonly after?: number },
+  ) => Effect.Effect<ReadonlyArray<StoredMessage>>
   /** Messages waiting in the queue. */
   readonly ready: (queue: string) => Effect.Effect<number>
   /** Messages delivered and not yet settled. */
@@ -217,7 +224,7 @@ export const make = (
         ),
       failNextPublish: (opts) =>
         Effect.sync(() => void armed.push({ queue: opts?.queue, type: opts?.type })),
-      published: (queue) => Effect.sync(() => core.queue(queue).log.slice()),
+      published: (queue, opts) => Effect.sync(() => core.published(queue, opts?.after ?? 0)),
       ready: (queue) => Effect.sync(() => core.readyCount(queue)),
       unacked: (queue) => Effect.sync(() => core.unackedCount(queue)),
       purge: (queue) => Effect.sync(() => core.purge(queue)),

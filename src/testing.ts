@@ -184,8 +184,9 @@ export const make = <A, I, O, R>(
 
     const deliver = (bytes: Uint8Array, taskId: string | undefined, deliveryCount: number) =>
       onClock(Effect.gen(function* () {
-        const before = (yield* broker.published(settings.outQueue)).length
-        yield* broker.publish(settings.inQueue, bytes, { deliveryCount }).pipe(Effect.orDie)
+        const submitted = yield* broker.publish(settings.inQueue, bytes, { deliveryCount }).pipe(
+          Effect.orDie,
+        )
         const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
         let outcome: TaskRun["outcome"] = "NONE"
         yield* engine.handle({
@@ -195,7 +196,7 @@ export const make = <A, I, O, R>(
         })
         // The harness keeps the queue empty: a requeued message is not run again by itself.
         yield* broker.purge(settings.inQueue)
-        const published = (yield* broker.published(settings.outQueue)).slice(before)
+        const published = yield* broker.published(settings.outQueue, { after: submitted.id })
         const raw = published
           .map((m) => m.body)
           .filter((body) =>

@@ -91,6 +91,23 @@ describe("MemoryBroker", () => {
       expect(yield* depth(broker)).toEqual({ ready: 0, unacked: 0 })
     }))
 
+  it.scoped("published after an id: only the queue's later messages, whichever queue the id is of", () =>
+    Effect.gen(function* () {
+      const broker = yield* MemoryBroker.make()
+      const o1 = yield* broker.publish(OUT, "o1")
+      const marker = yield* broker.publish(IN, "m1")
+      yield* broker.publish(OUT, "o2")
+      yield* broker.publish(OUT, "o3")
+      expect((yield* broker.published(OUT, { after: marker.id })).map(text)).toEqual(["o2", "o3"])
+      expect((yield* broker.published(OUT, { after: o1.id })).map(text)).toEqual(["o2", "o3"])
+      expect((yield* broker.published(OUT, { after: 0 })).map(text)).toEqual(["o1", "o2", "o3"])
+      expect(yield* broker.published(IN, { after: marker.id })).toEqual([])
+      yield* broker.purge(OUT)
+      const o4 = yield* broker.publish(OUT, "o4")
+      expect((yield* broker.published(OUT, { after: marker.id })).map(text)).toEqual(["o4"])
+      expect(yield* broker.published(OUT, { after: o4.id })).toEqual([])
+    }))
+
   it.scoped("publish can preset x-delivery-count", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()

@@ -74,6 +74,19 @@ export class BrokerCore {
     return message
   }
 
+  /** The queue's logged messages with an id above `after`: the log is in id order. */
+  published(name: string, after: number): Array<StoredMessage> {
+    const log = this.queue(name).log
+    let low = 0
+    let high = log.length
+    while (low < high) {
+      const middle = (low + high) >>> 1
+      if (log[middle].id <= after) low = middle + 1
+      else high = middle
+    }
+    return log.slice(low)
+  }
+
   /** Drops the queue's ready messages and its log. */
   purge(name: string): number {
     const q = this.queue(name)
