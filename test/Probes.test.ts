@@ -522,30 +522,39 @@ describe("Probes", () => {
                 Effect.zipRight(taskThroughput(harness, 300), taskThroughput(harness, 1000)),
             ),
           )
-          const before = yield* measure
-          const { held, loaded } = yield* Effect.scoped(Effect.gen(function* () {
-            const load = yield* connectionLoad(port)
-            yield* waitForReal(
-              () => load.state.open === 32,
-              5000,
-              "the server holds 32 connections",
+          // Rounds alternate without and with the load, so that a slow spell of this shared
+          // machine (the other test files run beside this one) falls on both kinds alike.
+          // Noise only ever slows a run down, so each kind's best run is its fairest figure.
+          const alone: Array<number> = []
+          const loaded: Array<number> = []
+          let held = 0
+          for (let round = 0; round < 3; round++) {
+            alone.push(yield* measure)
+            loaded.push(
+              yield* Effect.scoped(Effect.gen(function* () {
+                const load = yield* connectionLoad(port)
+                yield* waitForReal(
+                  () => load.state.open === 32,
+                  5000,
+                  "the server holds 32 connections",
+                )
+                const rate = yield* measure
+                held = Math.max(held, load.state.open)
+                return rate
+              })),
             )
-            const loaded = yield* measure
-            return { held: load.state.open, loaded }
-          }))
-          const after = yield* measure
+          }
+          const best = { alone: Math.max(...alone), loaded: Math.max(...loaded) }
           console.log(
-            `Probes bound: ${before} tasks/s before, ${loaded} with 200 connections ` +
-              `(${held} held), ${after} after; ratio ${
-                (loaded / Math.max(before, after)).toFixed(2)
+            `Probes bound: tasks/s alone ${alone.join(", ")}; with 200 connections ` +
+              `(${held} held) ${loaded.join(", ")}; best loaded to best alone ${
+                (best.loaded / best.alone).toFixed(2)
               }`,
           )
           expect(held).toBeLessThanOrEqual(32)
-          // The noise of this shared machine is the spread of the two unloaded runs; the loaded
-          // run must fall within that spread, with a margin of 20 %.
-          expect(loaded).toBeGreaterThanOrEqual(0.8 * Math.min(before, after))
+          expect(best.loaded).toBeGreaterThanOrEqual(0.8 * best.alone)
         }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Warning))),
-      30_000,
+      45_000,
     )
   })
 })
