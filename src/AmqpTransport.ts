@@ -513,7 +513,9 @@ export const make = (
               if (error) {
                 return failWith("nacked")
               }
-              if (returned.delete(messageId)) {
+              // Returns are rare: an empty set is not asked, as hashing the new id string for
+              // the lookup is a call into the runtime on every confirm.
+              if (returned.size !== 0 && returned.delete(messageId)) {
                 return failWith("returned")
               }
               resume(Effect.void)
