@@ -310,6 +310,44 @@ describe("AmqpTransport on RabbitMQ", () => {
   }, TIMEOUT)
 
   it(
+    "a publish the broker returns (its queue deleted) fails as returned; once routed again, it is confirmed",
+    async () => {
+      const name = uniqueName("returned")
+      const broker = await platform(QUORUM_VHOST)
+      try {
+        const outcomes = await Effect.runPromise(
+          Effect.scoped(Effect.gen(function* () {
+            const transport = yield* AmqpTransport.make({
+              url: Redacted.make(urlFor(QUORUM_VHOST)),
+              inQueue: `${name}_queue_in`,
+              outQueue: `${name}_queue_out`,
+              capacity: 1,
+            })
+            const publish = (text: string) =>
+              transport.publish(new TextEncoder().encode(text), "success").pipe(
+                Effect.as("confirmed"),
+                Effect.catchTag("PublishError", (e) => Effect.succeed(e.reason)),
+              )
+            yield* Effect.promise(() => broker.waitForQueues(name))
+            const routed = yield* publish(`{"n":1}`)
+            yield* Effect.promise(() => broker.remove(`${name}_queue_out`))
+            const unroutable = yield* publish(`{"n":2}`)
+            yield* Effect.promise(() => broker.declare(`${name}_queue_out`, { durable: true }))
+            const routedAgain = yield* publish(`{"n":3}`)
+            return [routed, unroutable, routedAgain]
+          })),
+        )
+        expect(outcomes).toEqual(["confirmed", "returned", "confirmed"])
+        expect((await broker.drain(`${name}_queue_out`)).map((m) => m.text)).toEqual([`{"n":3}`])
+      } finally {
+        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+        await broker.close()
+      }
+    },
+    TIMEOUT,
+  )
+
+  it(
     "reports its connection status to readiness, with an x-consumer-timeout asked for",
     async () => {
       const statusQueue = uniqueName("status")
