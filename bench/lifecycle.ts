@@ -54,10 +54,15 @@ if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci"
 // The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
 // image build warms it (one task on the embedded broker), each by the runtime that runs it.
 const bundleDir = await Deno.makeTempDir({ prefix: "bench-lifecycle-" })
-const oneFile = (runtime: string, module: string, run: ReadonlyArray<string>) => {
+const oneFile = (
+  runtime: string,
+  module: string,
+  run: ReadonlyArray<string>,
+  warmOnly: ReadonlyArray<string> = [],
+) => {
   const dir = `${bundleDir}/${runtime}`
   execFileSync("node", ["examples/deploy/bundle/build.mjs", module, "worker", dir], { cwd: root })
-  execFileSync(run[0]!, [...run.slice(1), `${dir}/start.cjs`, "--warm"], {
+  execFileSync(run[0]!, [...run.slice(1), ...warmOnly, `${dir}/start.cjs`, "--warm"], {
     cwd: root,
     input:
       `{"task_id": "warm-up", "data": {"message_type": "submission", "body": {"text": "a b"}}}\n`,
@@ -66,15 +71,13 @@ const oneFile = (runtime: string, module: string, run: ReadonlyArray<string>) =>
   return [run[0]!, [...run.slice(1), `${dir}/start.cjs`]] as const
 }
 const nodeBundle = oneFile("node", worker, ["node"])
-const denoBundle = oneFile("deno", "./examples/deploy/worker.ts", [
-  deno,
-  "run",
-  "--allow-net",
-  "--allow-env",
-  "--allow-read",
-  "--allow-sys",
-  `--allow-write=${bundleDir}/deno`,
-])
+// As the image runs it: the warm-up may write the cache, the worker may not.
+const denoBundle = oneFile(
+  "deno",
+  "./examples/deploy/worker.ts",
+  [deno, "run", "--allow-net", "--allow-env", "--allow-read", "--allow-sys"],
+  [`--allow-write=${bundleDir}/deno`],
+)
 
 const runtimes = {
   deno: {
