@@ -3,8 +3,9 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    // Broker restarts would break the tests running beside them: vitest.faults.config.ts runs them alone.
-    exclude: ["test/faults/**", "node_modules/**"],
+    // Broker restarts would break the tests running beside them, and the files running beside a
+    // throughput comparison would skew it: vitest.alone.config.ts runs both kinds alone.
+    exclude: ["test/faults/**", "test/timed/**", "node_modules/**"],
     pool: "forks",
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
   },

@@ -10,40 +10,19 @@ import {
   LogLevel,
   Option,
   Ref,
-  Schema,
   Scope,
   TestClock,
 } from "effect"
-import { spawn } from "node:child_process"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import process from "node:process"
-import { fileURLToPath } from "node:url"
-import * as Probes from "../src/Probes.ts"
-import * as WorkerHarness from "../src/testing.ts"
-import * as Worker from "../src/Worker.ts"
 import { ProbeError, ProbeServerError } from "../src/WorkerError.ts"
 import { waitUntil } from "./support/logs.ts"
+import { HOST, sleepReal, start, waitForReal } from "./support/probes.ts"
 
 // ---------------------------------------------------------------------------------------------
-// A probe server on an ephemeral port of 127.0.0.1, and a client for it.
-
-const HOST = "127.0.0.1"
-
-const start = (options: Partial<Probes.ProbeServerOptions> = {}) =>
-  Probes.make({
-    host: HOST,
-    port: 0,
-    health: Effect.succeedNone,
-    readiness: [],
-    probeTimeout: Duration.seconds(3),
-    metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
-    versionFile: "/nonexistent/version.json",
-    sdkVersion: "9.9.9",
-    ...options,
-  })
+// A client for the probe server that `start` runs on an ephemeral port of 127.0.0.1.
 
 interface Reply {
   readonly status: number
@@ -67,9 +46,6 @@ const request = (port: number, path: string, init?: RequestInit) =>
     }
     return { status: response.status, headers: response.headers, text, body }
   })
-
-const sleepReal = (millis: number) =>
-  Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis)))
 
 /** A raw socket to the server, tracking whether it is still open. */
 const connect = (port: number) => {
@@ -499,116 +475,8 @@ describe("Probes", () => {
         }).pipe(Effect.scoped),
       20_000,
     )
-
-    // Issue 5, acceptance 2, for tasks: the clients run in a process of their own, so that only
-    // the server's share of the work is measured here.
-    it.live(
-      "200 connections from another process leave task throughput unaffected within noise",
-      () =>
-        Effect.gen(function* () {
-          const { port } = yield* start()
-          const worker = Worker.make({
-            name: "probe-load",
-            input: Schema.Struct({}),
-            output: Schema.Struct({}),
-            timeout: "5 seconds",
-            handler: () => Effect.succeed({}),
-          })
-          // A harness of its own per measure: its log of published messages grows as it runs.
-          const measure = Effect.scoped(
-            Effect.flatMap(
-              WorkerHarness.make(worker),
-              (harness) =>
-                Effect.zipRight(taskThroughput(harness, 300), taskThroughput(harness, 1000)),
-            ),
-          )
-          // Rounds alternate without and with the load, so that a slow spell of this shared
-          // machine (the other test files run beside this one) falls on both kinds alike.
-          // Noise only ever slows a run down, so each kind's best run is its fairest figure.
-          const alone: Array<number> = []
-          const loaded: Array<number> = []
-          let held = 0
-          for (let round = 0; round < 3; round++) {
-            alone.push(yield* measure)
-            loaded.push(
-              yield* Effect.scoped(Effect.gen(function* () {
-                const load = yield* connectionLoad(port)
-                yield* waitForReal(
-                  () => load.state.open === 32,
-                  5000,
-                  "the server holds 32 connections",
-                )
-                const rate = yield* measure
-                held = Math.max(held, load.state.open)
-                return rate
-              })),
-            )
-          }
-          const best = { alone: Math.max(...alone), loaded: Math.max(...loaded) }
-          console.log(
-            `Probes bound: tasks/s alone ${alone.join(", ")}; with 200 connections ` +
-              `(${held} held) ${loaded.join(", ")}; best loaded to best alone ${
-                (best.loaded / best.alone).toFixed(2)
-              }`,
-          )
-          expect(held).toBeLessThanOrEqual(32)
-          expect(best.loaded).toBeGreaterThanOrEqual(0.8 * best.alone)
-        }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Warning))),
-      45_000,
-    )
   })
 })
-
-/** Tasks settled in `millis` of real time by a worker on the MemoryBroker, 4 at a time. */
-const taskThroughput = (harness: WorkerHarness.WorkerHarness, millis: number) =>
-  Effect.gen(function* () {
-    let settled = 0
-    const deadline = Date.now() + millis
-    const submitter = Effect.gen(function* () {
-      while (Date.now() < deadline) {
-        const run = yield* harness.submit({})
-        run.assertSucceeded()
-        settled++
-      }
-    })
-    yield* Effect.all([submitter, submitter, submitter, submitter], { concurrency: "unbounded" })
-    return Math.round(settled / (millis / 1000))
-  })
-
-/** The connection load of `test/fixtures/probes/connections.mjs`, in a process of its own. */
-const connectionLoad = (port: number) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const script = fileURLToPath(new URL("./fixtures/probes/connections.mjs", import.meta.url))
-      const deno = "Deno" in globalThis
-      const child = spawn(
-        process.execPath,
-        deno ? ["run", "-A", script, String(port)] : [
-          script,
-          String(port),
-        ],
-        { stdio: ["ignore", "pipe", "inherit"] },
-      )
-      const state = { open: -1 }
-      child.stdout.on("data", (chunk: Uint8Array) => {
-        const last = new TextDecoder().decode(chunk).trim().split("\n").at(-1)
-        const n = Number(last?.split(" ")[1])
-        if (Number.isFinite(n)) state.open = n
-      })
-      return { child, state }
-    }),
-    ({ child }) => Effect.sync(() => void child.kill("SIGKILL")),
-  )
-
-/** Polls `check` in real time, every 10 ms, for at most `millis`. */
-const waitForReal = (check: () => boolean, millis: number, what: string) =>
-  Effect.gen(function* () {
-    const deadline = Date.now() + millis
-    while (!check()) {
-      if (Date.now() > deadline) return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
-      yield* sleepReal(10)
-    }
-  })
 
 /**
  * Units of Effect work done in `millis` of real time by 4 fibers: each unit a small computation

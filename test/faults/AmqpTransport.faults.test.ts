@@ -1,7 +1,7 @@
 /**
  * The at-least-once promise under faults, on the real broker: connections closed under load and
  * a broker restart lose no task, and no terminal message goes out for a task whose lease is
- * gone. Run alone (vitest.faults.config.ts): it restarts the broker.
+ * gone. Run alone (vitest.alone.config.ts): it restarts the broker.
  */
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
