@@ -421,18 +421,13 @@ describe("Probes", () => {
         yield* healthyWithin(port, 1000)
       }).pipe(Effect.scoped))
 
-    // Issue 5, acceptance 2. The throughput ratio is asserted generously (>= 0.5) so that a
-    // busy shared machine cannot make it flaky; both figures are printed.
+    // Issue 5, acceptance 2, for the bound and for /health; task throughput under the same load
+    // is measured alone, in test/timed/Probes.test.ts.
     it.live(
-      "100 idle and 100 slow connections: at most 32 held, /health answers within 1 s once they free, Effect work unaffected",
+      "100 idle and 100 slow connections: at most 32 held, a new one refused, /health answers within 1 s once they free",
       () =>
         Effect.gen(function* () {
           const { port } = yield* start()
-          yield* throughput(200) // warm up
-          const baseline = yield* throughput(1000)
-
-          // The connections open while the work runs, and stay for the rest of its window.
-          const measuring = yield* Effect.fork(throughput(1000))
           const idle = Array.from({ length: 100 }, () => connect(port))
           const slow = Array.from({ length: 100 }, () => connect(port))
           const line = "GET /health HTTP/1.1\r\nHost: probe\r\n"
@@ -449,7 +444,6 @@ describe("Probes", () => {
             3000,
             "the connections over the bound are closed",
           )
-          const loaded = yield* Fiber.join(measuring)
           const held = all.filter((s) => s.open).length
           expect(held).toBeLessThanOrEqual(32)
           expect(held).toBeGreaterThan(0)
@@ -462,12 +456,6 @@ describe("Probes", () => {
           )
           expect(Exit.isFailure(refused)).toBe(true)
 
-          console.log(
-            `Probes bound: Effect work ${baseline} units/s alone, ${loaded} with 200 ` +
-              `connections (${held} held), ratio ${(loaded / baseline).toFixed(2)}`,
-          )
-          expect(loaded / baseline).toBeGreaterThanOrEqual(0.5)
-
           clearInterval(dribble)
           for (const s of all) s.socket.destroy()
           const took = yield* healthyWithin(port, 1000)
@@ -477,29 +465,6 @@ describe("Probes", () => {
     )
   })
 })
-
-/**
- * Units of Effect work done in `millis` of real time by 4 fibers: each unit a small computation
- * then a yield, as a handler's steps would be.
- */
-const throughput = (millis: number) =>
-  Effect.gen(function* () {
-    let units = 0
-    const deadline = Date.now() + millis
-    const worker = Effect.gen(function* () {
-      while (Date.now() < deadline) {
-        yield* Effect.sync(() => {
-          let x = 0
-          for (let i = 0; i < 2000; i++) x = (x * 31 + i) | 0
-          return x
-        })
-        units++
-        yield* Effect.yieldNow()
-      }
-    })
-    yield* Effect.all([worker, worker, worker, worker], { concurrency: "unbounded" })
-    return units
-  })
 
 /**
  * Asks `/health` until it answers 200, for at most `millis` (the server learns that a client
