@@ -103,10 +103,11 @@ const describeRun = (run: Pick<TaskRun, "messageTypes" | "outcome" | "error">): 
 
 const toRun = (
   taskId: string | undefined,
-  raw: ReadonlyArray<Uint8Array>,
+  published: ReadonlyArray<{ readonly raw: Uint8Array; readonly message: WireMessage }>,
   outcome: TaskRun["outcome"],
 ): TaskRun => {
-  const messages = raw.map((bytes) => JSON.parse(decoder.decode(bytes)) as WireMessage)
+  const raw = published.map((p) => p.raw)
+  const messages = published.map((p) => p.message)
   const terminal = messages.findLast((m) =>
     m.data.message_type === "success" || m.data.message_type === "failure"
   )
@@ -197,13 +198,10 @@ export const make = <A, I, O, R>(
         // The harness keeps the queue empty: a requeued message is not run again by itself.
         yield* broker.purge(settings.inQueue)
         const published = yield* broker.published(settings.outQueue, { after: submitted.id })
-        const raw = published
-          .map((m) => m.body)
-          .filter((body) =>
-            taskId === undefined ||
-            (JSON.parse(decoder.decode(body)) as WireMessage).task_id === taskId
-          )
-        return toRun(taskId, raw, outcome)
+        const decoded = published
+          .map((m) => ({ raw: m.body, message: JSON.parse(decoder.decode(m.body)) as WireMessage }))
+          .filter(({ message }) => taskId === undefined || message.task_id === taskId)
+        return toRun(taskId, decoded, outcome)
       }))
 
     return {
