@@ -31,6 +31,14 @@ export const captureLogs = () => {
 }
 
 /**
+ * A turn of the event loop: its timers and I/O callbacks (a socket's among them) run before this
+ * completes.
+ */
+export const nextTurn: Effect.Effect<void> = Effect.promise(() =>
+  new Promise<void>((resolve) => setImmediate(resolve))
+)
+
+/**
  * Yields until `check` holds, a bounded number of times: to other fibers, and to the event loop
  * (where a socket's callbacks run), with no timer — the clock may be a `TestClock`.
  */
@@ -40,7 +48,7 @@ export const waitUntil = (check: () => boolean | Effect.Effect<boolean>, what: s
       const result = check()
       if (typeof result === "boolean" ? result : yield* result) return
       yield* Effect.yieldNow()
-      yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+      yield* nextTurn
     }
     return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
   })

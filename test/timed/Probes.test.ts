@@ -9,10 +9,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Logger, LogLevel, Schema } from "effect"
 import { spawn } from "node:child_process"
 import process from "node:process"
-import { setImmediate } from "node:timers"
 import { fileURLToPath } from "node:url"
 import * as WorkerHarness from "../../src/testing.ts"
 import * as Worker from "../../src/Worker.ts"
+import { nextTurn } from "../support/logs.ts"
 import { start, waitForReal } from "../support/probes.ts"
 
 /**
@@ -42,12 +42,6 @@ const connectionLoad = (port: number) =>
     }),
     ({ child }) => Effect.sync(() => void child.kill("SIGKILL")),
   )
-
-/**
- * A turn of the event loop: its timers and I/O callbacks (the probe server's among them) run
- * before this completes.
- */
-const nextTurn = Effect.async<void>((resume) => void setImmediate(() => resume(Effect.void)))
 
 /**
  * Tasks settled per second of real time by a worker on the MemoryBroker, 4 at a time. Each
