@@ -19,10 +19,13 @@
  * A third loop in each round says where the SDK's cost lies: the raw loop's steps written with
  * Effect on the SDK's `AmqpTransport` (50 fibers: take, decode, publish `started` and `success`,
  * ack), without the engine. Its ratio to the raw loop is the transport's share of the gap, and
- * the SDK's to it the engine's.
+ * the SDK's to it the engine's. Each loop's CPU per task (this process's, user and system, over
+ * the same first-to-last window) is printed too: the broker shares the machine's cores, so a
+ * loop's CPU is taken from the broker it waits on.
  */
 import { Buffer } from "node:buffer"
 import { execFileSync } from "node:child_process"
+import process from "node:process"
 import amqp from "amqplib"
 import { Duration, Effect, Layer, Logger, Option, Schema } from "effect"
 import { AmqpTransport, Settings, Transport, Worker } from "../src/index.ts"
@@ -66,28 +69,47 @@ const cleanup = async (...queues: Array<string>) => {
   await connection.close()
 }
 
+/** What one loop's run measured, from its first task settled to its last. */
+interface Run {
+  readonly rate: number
+  /** This process's CPU time per task, in µs. */
+  readonly cpu: number
+}
+
 /**
- * A loop's settled tasks: `settle` as each one is, `all` when every one is, and the loop's rate
+ * A loop's settled tasks: `settle` as each one is, `all` when every one is, and the loop's run
  * from its first task settled to its last.
  */
 const settlements = (tasks: number) => {
   let settled = 0
   let first = 0
   let last = 0
+  let firstCpu = process.cpuUsage()
+  let cpu = 0
   let done!: () => void
   const all = new Promise<void>((resolve) => (done = resolve))
   return {
     settle: () => {
       last = performance.now()
-      if (++settled === 1) first = last
-      if (settled === tasks) done()
+      if (++settled === 1) {
+        first = last
+        firstCpu = process.cpuUsage()
+      }
+      if (settled === tasks) {
+        const used = process.cpuUsage(firstCpu)
+        cpu = used.user + used.system
+        done()
+      }
     },
     all,
-    rate: () => (tasks - 1) / ((last - first) / 1000),
+    run: (): Run => ({
+      rate: (tasks - 1) / ((last - first) / 1000),
+      cpu: cpu / (tasks - 1),
+    }),
   }
 }
 
-const raw = async (tasks: number): Promise<number> => {
+const raw = async (tasks: number): Promise<Run> => {
   await preload("bench-raw_queue_in", tasks)
   const connection = await amqp.connect(URL, { noDelay: true })
   const consumer = await connection.createChannel()
@@ -116,10 +138,10 @@ const raw = async (tasks: number): Promise<number> => {
   await settled.all
   await connection.close()
   await cleanup("bench-raw_queue_in", "bench-raw_queue_out")
-  return settled.rate()
+  return settled.run()
 }
 
-const sdk = async (tasks: number): Promise<number> => {
+const sdk = async (tasks: number): Promise<Run> => {
   await preload("bench-sdk_queue_in", tasks)
   const worker = Worker.make({
     name: "bench-sdk",
@@ -147,10 +169,10 @@ const sdk = async (tasks: number): Promise<number> => {
   await settled.all
   await Effect.runPromise(fiber.interruptAsFork(fiber.id()).pipe(Effect.zipRight(fiber.await)))
   await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
-  return settled.rate()
+  return settled.run()
 }
 
-const transportOnly = async (tasks: number): Promise<number> => {
+const transportOnly = async (tasks: number): Promise<Run> => {
   await preload("bench-transport_queue_in", tasks)
   const settings = Settings.layer({ name: "bench-transport", timeout: Duration.seconds(30) }, {
     brokerUrl: URL,
@@ -181,15 +203,15 @@ const transportOnly = async (tasks: number): Promise<number> => {
     ),
   )
   await cleanup("bench-transport_queue_in", "bench-transport_queue_out")
-  return settled.rate()
+  return settled.run()
 }
 
 await raw(WARMUP)
 await transportOnly(WARMUP)
 await sdk(WARMUP)
-const raws: Array<number> = []
-const transports: Array<number> = []
-const sdks: Array<number> = []
+const raws: Array<Run> = []
+const transports: Array<Run> = []
+const sdks: Array<Run> = []
 for (let round = 0; round < ROUNDS; round++) {
   raws.push(await raw(TASKS))
   transports.push(await transportOnly(TASKS))
@@ -197,15 +219,20 @@ for (let round = 0; round < ROUNDS; round++) {
 }
 const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round = (n: number) => Math.round(n).toLocaleString("en-US")
-const ratios = (of: Array<number>, to: Array<number>) => of.map((s, i) => s / to[i]!)
+const rates = (runs: Array<Run>) => `${runs.map((r) => round(r.rate)).join(", ")} tasks/s`
+const cpus = (runs: Array<Run>) => `${runs.map((r) => round(r.cpu)).join(", ")} µs`
+const ratios = (of: Array<Run>, to: Array<Run>) => of.map((s, i) => s.rate / to[i]!.rate)
 const line = (xs: Array<number>) =>
   `${xs.map((r) => r.toFixed(2)).join(", ")}   median ${median(xs).toFixed(2)}`
 console.log(
   `tasks: ${TASKS} per run (after a warm-up of ${WARMUP}), concurrency ${CONCURRENCY}, quorum queues, ${Deno.build.os} deno ${Deno.version.deno}`,
 )
-console.log(`raw amqplib loop:          ${raws.map(round).join(", ")} tasks/s`)
-console.log(`the loop on AmqpTransport: ${transports.map(round).join(", ")} tasks/s`)
-console.log(`SDK (no-op):               ${sdks.map(round).join(", ")} tasks/s`)
+console.log(`raw amqplib loop:          ${rates(raws)}`)
+console.log(`the loop on AmqpTransport: ${rates(transports)}`)
+console.log(`SDK (no-op):               ${rates(sdks)}`)
 console.log(`SDK / raw, per round:      ${line(ratios(sdks, raws))}`)
 console.log(`transport loop / raw:      ${line(ratios(transports, raws))}`)
 console.log(`SDK / transport loop:      ${line(ratios(sdks, transports))}`)
+console.log(`CPU per task, raw loop:    ${cpus(raws)}`)
+console.log(`  the transport loop:      ${cpus(transports)}`)
+console.log(`  the SDK:                 ${cpus(sdks)}`)
