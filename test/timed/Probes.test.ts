@@ -65,6 +65,9 @@ const taskThroughput = (harness: WorkerHarness.WorkerHarness, millis: number) =>
     return Math.round(settled / (millis / 1000))
   })
 
+/** Pairs of measures, alone and loaded: an even number, whose median is its middle two's mean. */
+const ROUNDS = 8
+
 describe("Probes", () => {
   it.live(
     "200 connections from another process leave task throughput unaffected within noise",
@@ -113,7 +116,7 @@ describe("Probes", () => {
         })
         yield* measure
         const pairs: Array<{ alone: number; loaded: number }> = []
-        for (let round = 0; round < 8; round++) {
+        for (let round = 0; round < ROUNDS; round++) {
           if (round % 2 === 0) {
             const a = yield* alone
             pairs.push({ alone: a, loaded: yield* loaded })
@@ -123,7 +126,7 @@ describe("Probes", () => {
           }
         }
         const ratios = pairs.map((p) => p.loaded / p.alone).sort((a, b) => a - b)
-        const median = (ratios[3]! + ratios[4]!) / 2
+        const median = (ratios[ROUNDS / 2 - 1]! + ratios[ROUNDS / 2]!) / 2
         console.log(
           `Probes bound: tasks/s alone, then with 200 connections (${held} held): ${
             pairs.map((p) => `${p.alone} ${p.loaded}`).join("; ")
