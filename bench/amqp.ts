@@ -219,8 +219,10 @@ for (let round = 0; round < ROUNDS; round++) {
 }
 const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round = (n: number) => Math.round(n).toLocaleString("en-US")
-const rates = (runs: Array<Run>) => `${runs.map((r) => round(r.rate)).join(", ")} tasks/s`
-const cpus = (runs: Array<Run>) => `${runs.map((r) => round(r.cpu)).join(", ")} µs`
+const each = (runs: Array<Run>, field: keyof Run, unit: string) =>
+  `${runs.map((r) => round(r[field])).join(", ")} ${unit}`
+const rates = (runs: Array<Run>) => each(runs, "rate", "tasks/s")
+const cpus = (runs: Array<Run>) => each(runs, "cpu", "µs")
 const ratios = (of: Array<Run>, to: Array<Run>) => of.map((s, i) => s.rate / to[i]!.rate)
 const line = (xs: Array<number>) =>
   `${xs.map((r) => r.toFixed(2)).join(", ")}   median ${median(xs).toFixed(2)}`
