@@ -511,7 +511,9 @@ export const make = (
                 return
               }
               if (error) {
-                return failWith("nacked")
+                // amqplib fails every confirm still awaited when the channel closes: the
+                // broker did not refuse those.
+                return failWith(error.message === "channel closed" ? "closed" : "nacked")
               }
               // Returns are rare: an empty set is not asked, as hashing the new id string for
               // the lookup is a call into the runtime on every confirm.

@@ -119,7 +119,13 @@ export const unsafeLog = (fiber: Fiber.RuntimeFiber<unknown, unknown>, d: Decisi
     date: new Date(clock.unsafeCurrentTimeMillis()),
   }
   Inspectable.withRedactableContext(context, () => {
-    for (const logger of loggers) logger.log(options)
+    for (const logger of loggers) {
+      try {
+        logger.log(options)
+      } catch {
+        // A logger's failure is its own: the delivery is settled, and the other loggers write.
+      }
+    }
   })
 }
 

@@ -9,6 +9,7 @@
 import {
   Cause,
   Context,
+  Deferred,
   Duration,
   Effect,
   Either,
@@ -21,6 +22,7 @@ import {
   FiberSet,
   HashMap,
   Option,
+  type ParseResult,
   Random,
   Schema,
   Scope,
@@ -28,7 +30,10 @@ import {
 import type { YieldWrap } from "effect/Utils"
 import * as Concurrency from "./Concurrency.ts"
 import * as Decision from "./Decision.ts"
+import { decodeNonNegative } from "./internal/duration.ts"
+import { kindOf } from "./internal/handlerResult.ts"
 import { formatIssues } from "./internal/issues.ts"
+import { OutputGate } from "./internal/outputGate.ts"
 import * as Timers from "./internal/timers.ts"
 import { encodeUtf8 } from "./internal/utf8.ts"
 import { LeaseRenewal } from "./LeaseRenewal.ts"
@@ -41,7 +46,7 @@ import {
   type MessageType,
   type OutboundMessage,
 } from "./Protocol.ts"
-import { Settings, type WorkerSettings } from "./Settings.ts"
+import { LEASE_MARGIN, Settings, type WorkerSettings } from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { type Delivery, type Lease, Transport } from "./Transport.ts"
 import type { Worker } from "./Worker.ts"
@@ -79,7 +84,13 @@ export class DeliveryEngine
 type Result =
   | { readonly _tag: "Success"; readonly output: unknown }
   | { readonly _tag: "Fatal"; readonly code: string; readonly message: string }
-  | { readonly _tag: "Retry"; readonly error: RetryableError }
+  | {
+    readonly _tag: "Retry"
+    readonly code: string | undefined
+    readonly message: string | undefined
+    readonly delay: unknown
+    readonly congestion: boolean
+  }
   | { readonly _tag: "Timeout" }
   | { readonly _tag: "Internal"; readonly name: string }
   | { readonly _tag: "Lost"; readonly lost: LeaseLost }
@@ -109,7 +120,7 @@ const handlerEnd = (result: Result): Concurrency.HandlerEnd => {
     case "Success":
       return "success"
     case "Retry":
-      return result.error.congestion === true ? "congestion" : "other"
+      return result.congestion ? "congestion" : "other"
     case "Timeout":
       return "timeout"
     default:
@@ -117,10 +128,28 @@ const handlerEnd = (result: Result): Concurrency.HandlerEnd => {
   }
 }
 
-/** The slot a delivery's task holds, once it has one. */
+/** The slot a delivery's task holds, once it has one, and what it waits for to give it back. */
 interface Held {
   ticket?: number | undefined
+  /** How the handler ended, for the adaptive policy. */
+  end?: Concurrency.HandlerEnd | undefined
+  /** An `async` handler's Promise still pending after the engine stopped it. */
+  runaway?: Promise<unknown> | undefined
 }
+
+/**
+ * What a publish held through the output's refusals came to: confirmed, the lease lost, the
+ * lease's time used up (`expired`), the engine closing, or a defect of the transport.
+ */
+type Publication = "published" | "lost" | "expired" | "closing" | Cause.Cause<unknown>
+
+/** The first wait before a refused publish is tried again, and the longest. */
+const PUBLISH_RETRY_BASE_MILLIS = 100
+const PUBLISH_RETRY_MAX_MILLIS = 5000
+
+/** Whether a broker's delivery count is one: an integer, not negative. */
+const isDeliveryCount = (count: unknown): count is number =>
+  typeof count === "number" && Number.isInteger(count) && count >= 0
 
 /**
  * `refs` with the log annotations and the context set for the fiber `id`, as
@@ -158,35 +187,47 @@ const INTERNAL_MESSAGE = "The worker failed while running the task."
 const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === tag
 
-const isPromiseLike = (u: unknown): u is PromiseLike<unknown> =>
-  typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
-
 const errorName = (u: unknown): string => {
   if (isTagged(u, (u as { _tag?: string })?._tag ?? "")) return (u as { _tag: string })._tag
   if (u instanceof Error) return u.name
   return typeof u
 }
 
+/**
+ * What the handler's exit means. Never throws, whatever the handler failed with (a value with
+ * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error.
+ */
 const classify = (exit: Exit.Exit<unknown, unknown>): Result => {
   if (Exit.isSuccess(exit)) return { _tag: "Success", output: exit.value }
-  const failure = Cause.failureOption(exit.cause)
-  const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)
-  if (isTagged(error, "FatalError")) {
-    const e = error as unknown as { code: unknown; message: unknown }
-    return { _tag: "Fatal", code: String(e.code), message: String(e.message ?? "") }
-  }
-  if (isTagged(error, "RetryableError")) {
-    return { _tag: "Retry", error: error as unknown as RetryableError }
-  }
-  return {
-    _tag: "Internal",
-    name: Cause.isInterruptedOnly(exit.cause) ? "Interrupted" : errorName(error),
+  if (Cause.isInterruptedOnly(exit.cause)) return { _tag: "Internal", name: "Interrupted" }
+  try {
+    const failure = Cause.failureOption(exit.cause)
+    const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)
+    if (isTagged(error, "FatalError")) {
+      const e = error as unknown as { code: unknown; message: unknown }
+      return { _tag: "Fatal", code: String(e.code), message: String(e.message ?? "") }
+    }
+    if (isTagged(error, "RetryableError")) {
+      const e = error as unknown as RetryableError
+      return {
+        _tag: "Retry",
+        code: e.code === undefined ? undefined : String(e.code),
+        message: typeof e.message === "string" && e.message !== "" ? e.message : undefined,
+        delay: e.delay,
+        congestion: e.congestion === true,
+      }
+    }
+    return { _tag: "Internal", name: errorName(error) }
+  } catch {
+    return { _tag: "Internal", name: "unreadable error" }
   }
 }
 
 /**
  * The backoff before the requeue of `attempt`: exponential from `base`, capped at `max`, with
- * equal jitter (between half and all of it); or the error's own delay, capped at `max`.
+ * equal jitter (between half and all of it); or the error's own delay (seconds, or a
+ * `DurationInput`), capped at `max`. An own delay that names no duration, or a negative or NaN
+ * one, is an ordinary retry: the computed backoff, and a warning.
  *
  * @since 0.1.0
  * @category retry
@@ -194,18 +235,32 @@ const classify = (exit: Exit.Exit<unknown, unknown>): Result => {
 export const backoff = (
   settings: Pick<WorkerSettings, "retryBackoffBase" | "retryBackoffMax">,
   attempt: number,
-  delay: Duration.DurationInput | undefined,
+  delay: unknown,
 ): Effect.Effect<Duration.Duration> => {
   const maxMillis = Duration.toMillis(settings.retryBackoffMax)
   if (delay !== undefined) {
-    const own = typeof delay === "number" ? delay * 1000 : Duration.toMillis(Duration.decode(delay))
-    return Effect.succeed(Duration.millis(Math.min(Math.max(own, 0), maxMillis)))
+    const own = decodeNonNegative(typeof delay === "number" ? delay * 1000 : delay)
+    if (Option.isSome(own)) {
+      return Effect.succeed(Duration.millis(Math.min(Duration.toMillis(own.value), maxMillis)))
+    }
   }
   const full = Math.min(
     Duration.toMillis(settings.retryBackoffBase) * 2 ** (attempt - 1),
     maxMillis,
   )
-  return Effect.map(Random.next, (r) => Duration.millis(full / 2 + (r * full) / 2))
+  const computed = Effect.map(Random.next, (r) => Duration.millis(full / 2 + (r * full) / 2))
+  return delay === undefined ? computed : Effect.zipLeft(
+    computed,
+    Effect.logWarning(
+      "The RetryableError's delay is not a non-negative duration: the computed backoff is used",
+    ),
+  )
+}
+
+/** What a handler call gave: its work as an Effect, and an `async` handler's Promise. */
+interface Invoked<R> {
+  readonly effect: Effect.Effect<unknown, unknown, R>
+  readonly promise?: Promise<unknown>
 }
 
 /**
@@ -218,21 +273,28 @@ const invoke = <A, O, R>(
   worker: Worker<A, any, O, R>,
   input: A,
   context: TaskContext.TaskContext,
-): Effect.Effect<unknown, unknown, R> => {
+): Invoked<R> => {
   let result: unknown
   try {
     result = worker.handler(input, context)
   } catch (defect) {
+    return { effect: dieWith(defect) }
+  }
+  const kind = kindOf(result)
+  if (kind === "effect") return { effect: result as Effect.Effect<unknown, unknown, R> }
+  if (kind === "value") return { effect: Effect.succeed(result) }
+  // `Promise.resolve` turns a thenable whose `then` throws into a rejection.
+  const promise = Promise.resolve(result)
+  return { effect: Effect.tryPromise({ try: () => promise, catch: (e) => e }), promise }
+}
+
+/** A defect: `Effect.die` itself reads its value, which a hostile one makes throw. */
+const dieWith = (defect: unknown): Effect.Effect<never> => {
+  try {
     return Effect.die(defect)
+  } catch {
+    return Effect.dieMessage("The handler threw a value that cannot be read")
   }
-  if (Effect.isEffect(result)) return result as Effect.Effect<unknown, unknown, R>
-  if (isPromiseLike(result)) {
-    return Effect.tryPromise({
-      try: () => result as PromiseLike<unknown>,
-      catch: (e) => e,
-    })
-  }
-  return Effect.succeed(result)
 }
 
 /**
@@ -242,6 +304,19 @@ const invoke = <A, O, R>(
 interface Slot {
   readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
   stopped: boolean
+}
+
+/**
+ * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
+ * the caller of `handle`): the engine stops a handler by interrupting the fiber as itself, and a
+ * handler that interrupts itself (`Effect.interrupt`) leaves the fiber uninterrupted.
+ */
+const interruptedFromOutside = (slot: Slot): boolean => {
+  const fiber = slot.fiber
+  for (const id of Cause.interruptors(fiber.getFiberRef(FiberRef.interruptedCause))) {
+    if (!Equal.equals(id, fiber.id())) return true
+  }
+  return false
 }
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
@@ -298,12 +373,23 @@ export const make = <A, I, O, R>(
       worker.weight,
     )
     let closing = false
+    const gate = new OutputGate()
+    /** Deliveries waiting without being interruptible (a held publish, a runaway handler). */
+    const onClosing = new Set<() => void>()
+    const holdMillis = Duration.toMillis(settings.consumerTimeout) -
+      Duration.toMillis(LEASE_MARGIN) - Duration.toMillis(settings.retryBackoffMax)
 
     const conclude = (
       message: OutboundMessage,
       decision: Omit<Decision.Decision, "action" | "code">,
     ): Plan => {
-      const encoded = encodeMessageText(message)
+      let encoded: Either.Either<string, { readonly message: string }>
+      try {
+        encoded = encodeMessageText(message)
+      } catch {
+        // A response whose getters throw, or a revoked Proxy: not JSON data either.
+        encoded = Either.left({ message: "it cannot be read" })
+      }
       if (Either.isLeft(encoded)) {
         // Only a success can fail to encode here: its response is not JSON data.
         return conclude(
@@ -337,6 +423,16 @@ export const make = <A, I, O, R>(
     const fenced = (known: Known, reason: string): Plan => ({
       _tag: "Fenced",
       decision: { ...known, outcome: "cancelled", action: "nack-requeue", reason },
+    })
+
+    const requeueAs = (known: Known, outcome: Decision.Outcome, reason?: string): Plan => ({
+      _tag: "Requeue",
+      decision: {
+        ...known,
+        outcome,
+        action: "nack-requeue",
+        ...(reason === undefined ? {} : { reason }),
+      },
     })
 
     const checkedCode = (known: Known, code: string, message: string): Effect.Effect<Plan> =>
@@ -375,7 +471,9 @@ export const make = <A, I, O, R>(
       }
       const envelope = decoded.envelope
       if (delivery.redeliveries._tag === "Counted") {
-        known.attempt = delivery.redeliveries.count + 1
+        const count = delivery.redeliveries.count
+        // A count that is not one (negative, fractional) is taken as the first attempt.
+        known.attempt = isDeliveryCount(count) ? count + 1 : 1
         known.deliveryLimit = settings.deliveryLimit
       } else {
         known.attempt = delivery.redeliveries.redelivered ? 2 : 1
@@ -399,12 +497,139 @@ export const make = <A, I, O, R>(
       return { _tag: "Run", envelope, input: input.right }
     }
 
-    const warnClassicOnce = (delivery: Delivery): Effect.Effect<void> => {
-      if (warnedClassic || delivery.redeliveries._tag === "Counted") return Effect.void
+    /** The warnings a delivery's header calls for: a classic queue (once), a bad count. */
+    const warnRedeliveries = (delivery: Delivery): Effect.Effect<void> => {
+      const redeliveries = delivery.redeliveries
+      if (redeliveries._tag === "Counted") {
+        return isDeliveryCount(redeliveries.count) ? Effect.void : Effect.logWarning(
+          `The delivery count (x-delivery-count) is not a count: ${
+            String(redeliveries.count).slice(0, 40)
+          }; taken as the first attempt`,
+        )
+      }
+      if (warnedClassic) return Effect.void
       warnedClassic = true
       return Effect.logWarning(
         "The input queue reports only a redelivered flag (a classic queue): a retried task gets one retry. Use a quorum queue for the full delivery limit.",
       )
+    }
+
+    /**
+     * Waits `delayMillis` without being interruptible (a stopped delivery's fiber stays
+     * interrupted), while keeping the lease: ends early when the lease is lost, when the engine
+     * closes and, with `untilOpen`, when the output gate opens. Made interruptible through
+     * `restore` where the fiber may still be interrupted from outside.
+     */
+    const holdFor = (
+      lease: Lease,
+      delayMillis: number,
+      untilOpen: boolean,
+    ): Effect.Effect<"elapsed" | "lost" | "closing"> =>
+      Effect.async<"elapsed" | "lost" | "closing">((resume) => {
+        let pending = true
+        let stopTimer = () => {}
+        let stopLease = () => {}
+        let stopGate = () => {}
+        const finish = (why: "elapsed" | "lost" | "closing") => {
+          if (!pending) return
+          pending = false
+          stopTimer()
+          stopLease()
+          stopGate()
+          onClosing.delete(onClose)
+          resume(Effect.succeed(why))
+        }
+        const onClose = () => finish("closing")
+        if (closing) return finish("closing")
+        onClosing.add(onClose)
+        stopTimer = timers.after(delayMillis, () => finish("elapsed"))
+        stopLease = renewal.unsafeHold(lease, () => finish("lost"))
+        if (untilOpen) stopGate = gate.onOpen(() => finish("elapsed"))
+        return Effect.sync(() => finish("closing"))
+      })
+
+    /** {@link holdFor}, interruptible unless the engine itself stopped the delivery's fiber. */
+    const hold = (
+      delivery: Delivery,
+      slot: Slot,
+      restore: Restore,
+      delayMillis: number,
+      untilOpen: boolean,
+    ): Effect.Effect<"elapsed" | "lost" | "closing"> => {
+      const wait = holdFor(delivery.lease, delayMillis, untilOpen)
+      if (slot.stopped) {
+        return Effect.map(
+          wait,
+          (why) => (why === "elapsed" && interruptedFromOutside(slot) ? "closing" : why),
+        )
+      }
+      return Effect.map(
+        Effect.exit(restore(wait)),
+        (exit) => (Exit.isSuccess(exit) ? exit.value : "closing"),
+      )
+    }
+
+    /**
+     * Publishes `body`, holding the delivery through refusals: a refused publish closes the
+     * output gate and is retried after a capped, jittered backoff (at once when another publish
+     * is confirmed), until `deadline`, while the lease holds. While the gate is closed, a first
+     * publish waits before it tries: intake pauses rather than each new task knocking.
+     */
+    function* publishHeld(
+      delivery: Delivery,
+      body: Uint8Array,
+      type: MessageType,
+      deadline: number,
+      slot: Slot,
+      restore: Restore,
+      interruptible: boolean,
+    ): Steps<Publication> {
+      let delayMillis = PUBLISH_RETRY_BASE_MILLIS
+      let tries = !gate.refusing
+      for (;;) {
+        if (tries) {
+          if (delivery.lease.isLost()) return "lost"
+          const publish = transport.publish(body, type)
+          const published = yield* Effect.exit(interruptible ? restore(publish) : publish)
+          if (Exit.isSuccess(published)) {
+            const opened = gate.accepted()
+            if (opened !== undefined) yield* opened
+            WorkerMetrics.count(WorkerMetrics.messagesPublished(type))
+            return "published"
+          }
+          const refusal = Cause.failureOption(published.cause)
+          if (Option.isNone(refusal) || Cause.isDie(published.cause)) {
+            return Cause.isInterruptedOnly(published.cause) ? "closing" : published.cause
+          }
+          WorkerMetrics.count(WorkerMetrics.publishFailures(type))
+          // A publish lost with its connection is retried on the next one; only the broker's
+          // own refusals close the gate.
+          if (refusal.value.reason !== "closed") yield* gate.refused(refusal.value)
+        }
+        tries = true
+        const jittered = Math.round(delayMillis / 2 + ((yield* Random.next) * delayMillis) / 2)
+        const waited = yield* hold(delivery, slot, restore, jittered, true)
+        if (waited !== "elapsed") return waited
+        if (clock.unsafeCurrentTimeMillis() >= deadline) return "expired"
+        delayMillis = Math.min(delayMillis * 2, PUBLISH_RETRY_MAX_MILLIS)
+      }
+    }
+
+    /** What a `started` that did not go out comes to: the handler does not run. */
+    const notStarted = (
+      known: Known,
+      publication: Exclude<Publication, "published">,
+    ): Effect.Effect<Plan> => {
+      switch (publication) {
+        case "lost":
+          return Effect.succeed(fenced(known, "lease_lost"))
+        case "expired":
+          return Effect.succeed(requeueAs(known, "publish_failed", "started"))
+        case "closing":
+          return Effect.succeed(requeueAs(known, "shutdown_requeued"))
+        default:
+          return shutdownOrBroken(known, publication)
+      }
     }
 
     /**
@@ -415,7 +640,9 @@ export const make = <A, I, O, R>(
       delivery: Delivery,
       envelope: Envelope,
       known: Known,
+      slot: Slot,
       restore: Restore,
+      takenAt: number,
     ): Steps<Plan | undefined> {
       if (delivery.lease.isLost()) return fenced(known, "lease_lost")
       const started = encodeMessageText({
@@ -423,32 +650,27 @@ export const make = <A, I, O, R>(
         task_id: envelope.taskId,
         hostname: settings.hostname,
       })
-      const published = yield* Effect.exit(
-        restore(transport.publish(encodeUtf8(Either.getOrThrow(started)), "started")),
+      // The handler must still fit in the lease once `started` is out.
+      const deadline = takenAt + holdMillis - timeoutMillis
+      const published = yield* publishHeld(
+        delivery,
+        encodeUtf8(Either.getOrThrow(started)),
+        "started",
+        deadline,
+        slot,
+        restore,
+        true,
       )
-      if (Exit.isSuccess(published)) {
-        WorkerMetrics.count(WorkerMetrics.messagesPublished("started"))
-        return undefined
-      }
-      if (!Cause.isDie(published.cause) && Option.isSome(Cause.failureOption(published.cause))) {
-        WorkerMetrics.count(WorkerMetrics.publishFailures("started"))
-        return {
-          _tag: "Requeue",
-          decision: {
-            ...known,
-            outcome: "publish_failed",
-            action: "nack-requeue",
-            reason: "started",
-          },
-        }
-      }
-      return yield* shutdownOrBroken(known, published.cause)
+      if (published === "published") return undefined
+      return yield* notStarted(known, published)
     }
 
     /**
      * Step 5: the handler on this fiber, under its time limit, with the lease kept and progress
      * throttled. The task's own scope (the handler's resources and its progress channel) is
-     * closed before this returns, so nothing of the task outlives it.
+     * closed before this returns, so nothing of the task outlives it but an `async` handler that
+     * ignores its signal: its Promise is kept in `held`, and the delivery keeps its slot until
+     * the Promise settles.
      */
     function* runHandler(
       envelope: Envelope,
@@ -457,6 +679,7 @@ export const make = <A, I, O, R>(
       lease: Lease,
       slot: Slot,
       restore: Restore,
+      held: Held,
       taskScope: Scope.CloseableScope,
     ): Steps<Result> {
       let progress: ProgressThrottle["Type"] extends
@@ -492,6 +715,7 @@ export const make = <A, I, O, R>(
         abort(reason)
         slot.fiber.unsafeInterruptAsFork(slot.fiber.id())
       }
+      const startedAt = clock.unsafeCurrentTimeMillis()
       const cancelTimer = timers.after(
         timeoutMillis,
         () => stop({ _tag: "Timeout" }, "The task ran past its time limit"),
@@ -500,26 +724,51 @@ export const make = <A, I, O, R>(
         lease,
         (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
       )
-      const exit = yield* Effect.exit(
-        restore(invoke(worker, input, context) as Effect.Effect<unknown, unknown>),
-      )
-      running = false
-      cancelTimer()
-      release()
-      const interrupted = Exit.isFailure(exit) && Cause.isInterrupted(exit.cause)
+      let invoked: Invoked<R> | undefined
+      let exit: Exit.Exit<unknown, unknown>
+      try {
+        invoked = invoke(worker, input, context)
+        exit = yield* Effect.exit(restore(invoked.effect as Effect.Effect<unknown, unknown>))
+      } finally {
+        // Whatever happened, this task's timer and lease hold end here: left armed, they would
+        // stop the next task of this fiber.
+        running = false
+        cancelTimer()
+        release()
+      }
+      // A result after the deadline (the handler blocked the event loop past it, so the timer
+      // could not fire) is a time out all the same.
+      const late = clock.unsafeCurrentTimeMillis() - startedAt > timeoutMillis
+      const interrupted = Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) &&
+        interruptedFromOutside(slot)
       if (interrupted && stoppedWith === undefined) abort("The worker is shutting down")
-      yield* Scope.close(taskScope, exit)
-      return interrupted ? stoppedWith ?? { _tag: "Shutdown" } : classify(exit)
+      if (stoppedWith !== undefined && invoked.promise !== undefined) held.runaway = invoked.promise
+      const closed = yield* Effect.exit(Scope.close(taskScope, exit))
+      if (Exit.isFailure(closed)) {
+        yield* Effect.logError("Releasing the task's resources failed", closed.cause)
+      }
+      if (stoppedWith !== undefined) return stoppedWith
+      if (interrupted) return { _tag: "Shutdown" }
+      return late ? { _tag: "Timeout" } : classify(exit)
     }
 
     /** Step 6 for a handler that succeeded: its output, encoded, is the task's response. */
     const succeeded = (output: unknown, known: Known): Plan => {
-      const encoded = encodeOutput(output as O)
+      let encoded: Either.Either<unknown, ParseResult.ParseError | undefined>
+      try {
+        encoded = encodeOutput(output as O)
+      } catch {
+        encoded = Either.left(undefined)
+      }
       if (Either.isLeft(encoded)) {
         return fail(
           known,
           "INVALID_OUTPUT",
-          `The handler's output does not match the output schema: ${formatIssues(encoded.left)}`,
+          encoded.left === undefined
+            ? "The handler's output could not be encoded with the output schema."
+            : `The handler's output does not match the output schema: ${
+              formatIssues(encoded.left)
+            }`,
         )
       }
       const response = encoded.right as Record<string, unknown>
@@ -542,28 +791,20 @@ export const make = <A, I, O, R>(
         case "Fatal":
           return yield* checkedCode(known, result.code, result.message)
         case "Retry": {
-          const error = result.error
           if (known.attempt! < known.deliveryLimit!) {
-            const requeue: Plan = {
-              _tag: "Requeue",
-              decision: { ...known, outcome: "retry", action: "nack-requeue", code: error.code },
-            }
-            const shutdown: Plan = {
-              _tag: "Requeue",
-              decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
-            }
-            const delay = yield* backoff(settings, known.attempt!, error.delay)
+            const delay = yield* backoff(settings, known.attempt!, result.delay)
             const slept = yield* Effect.exit(restore(Effect.sleep(delay)))
-            return Exit.isSuccess(slept) ? requeue : shutdown
+            return Exit.isSuccess(slept)
+              ? {
+                _tag: "Requeue",
+                decision: { ...known, outcome: "retry", action: "nack-requeue", code: result.code },
+              }
+              : requeueAs(known, "shutdown_requeued")
           }
-          // A tagged error made without a message inherits `Error.prototype.message` (""): an
-          // empty message falls back to the sentence as an absent one does.
           return yield* checkedCode(
             known,
-            error.code ?? "RETRY_EXHAUSTED",
-            typeof error.message === "string" && error.message !== ""
-              ? error.message
-              : `The task failed on each of its ${known.deliveryLimit} attempts.`,
+            result.code ?? "RETRY_EXHAUSTED",
+            result.message ?? `The task failed on each of its ${known.deliveryLimit} attempts.`,
           )
         }
         case "Timeout":
@@ -580,10 +821,7 @@ export const make = <A, I, O, R>(
         case "Lost":
           return fenced(known, `lease_${result.lost.reason}`)
         case "Shutdown":
-          return {
-            _tag: "Requeue",
-            decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
-          }
+          return requeueAs(known, "shutdown_requeued")
       }
     }
 
@@ -591,39 +829,60 @@ export const make = <A, I, O, R>(
     const settleFailed = (
       decision: Decision.Decision,
       what: string,
-      error: LeaseLost | TransportError,
-    ): Decision.Decision => {
+      cause: Cause.Cause<LeaseLost | TransportError>,
+    ): Effect.Effect<Decision.Decision> => {
       WorkerMetrics.count(WorkerMetrics.ackFailures)
-      return { ...decision, reason: `${what}_failed_${error.reason}` }
+      const failure = Cause.failureOption(cause)
+      if (Option.isSome(failure)) {
+        return Effect.succeed({ ...decision, reason: `${what}_failed_${failure.value.reason}` })
+      }
+      return Effect.as(
+        Effect.logError(`Settling the delivery (${what}) failed`, cause),
+        { ...decision, reason: `${what}_failed` },
+      )
     }
 
     const requeue = (delivery: Delivery, decision: Decision.Decision) =>
-      Effect.match(delivery.requeue, {
-        onFailure: (error) => settleFailed(decision, "requeue", error),
-        onSuccess: () => decision,
+      Effect.matchCauseEffect(delivery.requeue, {
+        onFailure: (cause) => settleFailed(decision, "requeue", cause),
+        onSuccess: () => Effect.succeed(decision),
       })
 
     const ack = (delivery: Delivery, decision: Decision.Decision) =>
-      Effect.match(delivery.ack, {
-        onFailure: (error) => settleFailed(decision, "ack", error),
-        onSuccess: () => decision,
+      Effect.matchCauseEffect(delivery.ack, {
+        onFailure: (cause) => settleFailed(decision, "ack", cause),
+        onSuccess: () => Effect.succeed(decision),
       })
 
-    /** Where every delivery is settled: after the terminal message is confirmed, or requeued. */
-    function* settle(delivery: Delivery, plan: Plan): Steps<Decision.Decision> {
+    /**
+     * Where every delivery is settled: after the terminal message is confirmed, or requeued. A
+     * requeue that did not come from the handler (a publish the output kept refusing, a broken
+     * engine) waits its attempt's backoff first, so that a fault that lasts cannot spin.
+     */
+    function* settle(
+      delivery: Delivery,
+      plan: Plan,
+      known: Known,
+      slot: Slot,
+      restore: Restore,
+      takenAt: number,
+    ): Steps<Decision.Decision> {
       switch (plan._tag) {
         case "Fenced":
           return plan.decision
         case "Ack":
           return yield* ack(delivery, plan.decision)
         case "Requeue": {
+          const outcome = plan.decision.outcome
+          if (outcome === "publish_failed" || outcome === "engine_error") {
+            const delay = yield* backoff(settings, known.attempt ?? 1, undefined)
+            yield* hold(delivery, slot, restore, Duration.toMillis(delay), false)
+          }
           if (delivery.lease.isLost()) {
             return { ...plan.decision, outcome: "cancelled", reason: "lease_lost" }
           }
-          if (plan.decision.outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
-          if (plan.decision.outcome === "shutdown_requeued") {
-            WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
-          }
+          if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
+          if (outcome === "shutdown_requeued") WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
           return yield* requeue(delivery, plan.decision)
         }
         case "Conclude": {
@@ -635,18 +894,44 @@ export const make = <A, I, O, R>(
               reason: "lease_lost",
             }
           }
-          const published = yield* Effect.either(
-            transport.publish(encodeUtf8(plan.text), plan.type),
+          const published = yield* publishHeld(
+            delivery,
+            encodeUtf8(plan.text),
+            plan.type,
+            takenAt + holdMillis,
+            slot,
+            restore,
+            false,
           )
-          if (Either.isLeft(published)) {
-            WorkerMetrics.count(WorkerMetrics.publishFailures(plan.type))
-            return yield* requeue(delivery, {
+          if (published === "lost") {
+            return {
               ...plan.decision,
-              outcome: "publish_failed",
+              outcome: "cancelled",
               action: "nack-requeue",
-            })
+              reason: "lease_lost",
+            }
           }
-          WorkerMetrics.count(WorkerMetrics.messagesPublished(plan.type))
+          if (published !== "published") {
+            if (typeof published !== "string") {
+              yield* Effect.logError(
+                "The delivery engine failed; the message is requeued",
+                published,
+              )
+            }
+            const outcome: Decision.Outcome = published === "expired"
+              ? "publish_failed"
+              : published === "closing"
+              ? "shutdown_requeued"
+              : "engine_error"
+            return yield* settle(
+              delivery,
+              { _tag: "Requeue", decision: { ...plan.decision, outcome, action: "nack-requeue" } },
+              known,
+              slot,
+              restore,
+              takenAt,
+            )
+          }
           if (plan.decision.code !== undefined) {
             WorkerMetrics.count(WorkerMetrics.taskFailures(plan.decision.code))
           }
@@ -657,15 +942,9 @@ export const make = <A, I, O, R>(
 
     const shutdownOrBroken = (known: Known, cause: Cause.Cause<unknown>): Effect.Effect<Plan> =>
       Cause.isInterruptedOnly(cause)
-        ? Effect.succeed({
-          _tag: "Requeue",
-          decision: { ...known, outcome: "shutdown_requeued", action: "nack-requeue" },
-        })
+        ? Effect.succeed(requeueAs(known, "shutdown_requeued"))
         : Effect.logError("The delivery engine failed; the message is requeued", cause).pipe(
-          Effect.as<Plan>({
-            _tag: "Requeue",
-            decision: { ...known, outcome: "engine_error", action: "nack-requeue" },
-          }),
+          Effect.as(requeueAs(known, "engine_error")),
         )
 
     /** Steps 4 to 6 of a valid task: `started`, the handler, and what its result comes to. */
@@ -678,10 +957,8 @@ export const make = <A, I, O, R>(
       restore: Restore,
       held: Held,
       taskScope: Scope.CloseableScope,
+      takenAt: number,
     ): Steps<Plan> {
-      if (!warnedClassic && delivery.redeliveries._tag === "Flagged") {
-        yield* warnClassicOnce(delivery)
-      }
       // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
       held.ticket = limiter.tryAcquire()
       while (held.ticket === undefined) {
@@ -689,7 +966,7 @@ export const make = <A, I, O, R>(
         if (Exit.isFailure(waited)) return yield* shutdownOrBroken(known, waited.cause)
         held.ticket = limiter.tryAcquire()
       }
-      const started = yield* publishStarted(delivery, envelope, known, restore)
+      const started = yield* publishStarted(delivery, envelope, known, slot, restore, takenAt)
       if (started !== undefined) return started
       const startedAt = clock.unsafeCurrentTimeMillis()
       const result = yield* runHandler(
@@ -699,12 +976,13 @@ export const make = <A, I, O, R>(
         delivery.lease,
         slot,
         restore,
+        held,
         taskScope,
       )
-      // The slot is the handler's: given back before a retry's backoff or the conclusion.
-      const adjust = limiter.release(held.ticket!, handlerEnd(result))
-      held.ticket = undefined
-      if (adjust !== undefined) yield* adjust
+      held.end = handlerEnd(result)
+      // The slot is the handler's: given back before a retry's backoff or the conclusion, unless
+      // the handler still runs.
+      if (held.runaway === undefined) yield* releaseSlot(held)
       const plan = result._tag === "Success"
         ? succeeded(result.output, known)
         : yield* afterHandler(result, known, restore)
@@ -715,12 +993,36 @@ export const make = <A, I, O, R>(
       return plan
     }
 
+    /** Gives the slot back, with how the handler ended, and runs the change of target it calls for. */
+    function* releaseSlot(held: Held): Steps<void> {
+      if (held.ticket === undefined) return
+      const adjust = limiter.release(held.ticket, held.end ?? "other")
+      held.ticket = undefined
+      if (adjust !== undefined) yield* Effect.exit(adjust)
+    }
+
+    /** Waits for a runaway `async` handler to end, unless the engine closes first. */
+    const awaitRunaway = (promise: Promise<unknown>): Effect.Effect<void> =>
+      Effect.async<void>((resume) => {
+        let pending = true
+        const finish = () => {
+          if (!pending) return
+          pending = false
+          onClosing.delete(finish)
+          resume(Effect.void)
+        }
+        if (closing) return finish()
+        onClosing.add(finish)
+        promise.then(finish, finish)
+      })
+
     /**
      * One delivery's whole life on the current fiber, which must be uninterruptible: only
      * waiting is interruptible (by shutdown, or by the engine stopping the handler), through
      * `restore`; settling never is. Steps delegated to (`yield*`) from the `Effect.gen` of a
      * pool fiber or of `handle`: a combinator per step, or an Effect per delivery, would cost
-     * more than the steps.
+     * more than the steps. A defect of the engine's own code settles the delivery too
+     * (`engine_error`, requeued after a backoff): it never ends the pool fiber.
      */
     function* process(
       delivery: Delivery,
@@ -729,52 +1031,77 @@ export const make = <A, I, O, R>(
       keep?: (decision: Decision.Decision) => void,
     ): Steps<Decision.Decision> {
       WorkerMetrics.tasksInFlight.unsafeUpdate(++inFlight, [])
+      const takenAt = clock.unsafeCurrentTimeMillis()
       const known: Known = {}
       const held: Held = {}
-      let first: ReturnType<typeof prelude> | undefined
-      let broken: Cause.Cause<never> | undefined
+      let decision: Decision.Decision
       try {
-        first = prelude(delivery, known)
+        let first: ReturnType<typeof prelude> | undefined
+        let broken: Cause.Cause<never> | undefined
+        try {
+          first = prelude(delivery, known)
+        } catch (defect) {
+          broken = Cause.die(defect)
+        }
+        const annotations = HashMap.mutate(baseAnnotations, (annotations) => {
+          if (known.taskId !== undefined) HashMap.set(annotations, "task_id", known.taskId)
+          if (known.attempt !== undefined) HashMap.set(annotations, "attempt", known.attempt)
+        })
+        // Set, not scoped, on the engine's own fiber (a pool fiber, or `handle`'s): its
+        // annotations are this delivery's, and for a task its context the handler's services
+        // `R` and the task's scope, until the next delivery. Set together, as each set copies
+        // every FiberRef of the fiber. A task that does not reach its handler leaves its scope
+        // empty: there is nothing to close.
+        let plan: Plan
+        if (first?._tag === "Run") {
+          const taskScope = yield* Scope.make()
+          const context = Context.add(handlerContext, Scope.Scope, taskScope)
+          yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
+          yield* warnRedeliveries(delivery)
+          try {
+            plan = yield* run(
+              delivery,
+              first.envelope,
+              first.input,
+              known,
+              slot,
+              restore,
+              held,
+              taskScope,
+              takenAt,
+            )
+          } catch (defect) {
+            plan = yield* shutdownOrBroken(known, Cause.die(defect))
+          }
+        } else {
+          yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+          if (known.attempt !== undefined) yield* warnRedeliveries(delivery)
+          plan = first ?? (yield* shutdownOrBroken(known, broken!))
+        }
+        decision = yield* settle(delivery, plan, known, slot, restore, takenAt)
       } catch (defect) {
-        broken = Cause.die(defect)
-      }
-      const annotations = HashMap.mutate(baseAnnotations, (annotations) => {
-        if (known.taskId !== undefined) HashMap.set(annotations, "task_id", known.taskId)
-        if (known.attempt !== undefined) HashMap.set(annotations, "attempt", known.attempt)
-      })
-      // Set, not scoped, on the engine's own fiber (a pool fiber, or `handle`'s): its
-      // annotations are this delivery's, and for a task its context the handler's services
-      // `R` and the task's scope, until the next delivery. Set together, as each set copies
-      // every FiberRef of the fiber. A task that does not reach its handler leaves its scope
-      // empty: there is nothing to close.
-      let plan: Plan
-      if (first?._tag === "Run") {
-        const taskScope = yield* Scope.make()
-        const context = Context.add(handlerContext, Scope.Scope, taskScope)
-        yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
-        plan = yield* run(
-          delivery,
-          first.envelope,
-          first.input,
-          known,
-          slot,
-          restore,
-          held,
-          taskScope,
+        // The settlement itself broke: the message goes back to the queue as is.
+        yield* Effect.logError(
+          "The delivery engine failed; the message is requeued",
+          Cause.die(defect),
         )
-      } else {
-        yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
-        plan = first ?? (yield* shutdownOrBroken(known, broken!))
+        decision = yield* requeue(delivery, {
+          ...known,
+          outcome: "engine_error",
+          action: "nack-requeue",
+        })
       }
-      const decision = yield* settle(delivery, plan)
-      if (held.ticket !== undefined) {
-        const adjust = limiter.release(held.ticket, "other")
-        held.ticket = undefined
-        if (adjust !== undefined) yield* adjust
+      const runaway = held.runaway
+      if (runaway !== undefined) {
+        // Settled, and said so; the slot and the in-flight count wait for the handler to end.
+        keep?.(decision)
+        Decision.unsafeLog(slot.fiber, decision)
+        yield* awaitRunaway(runaway)
       }
-      keep?.(decision)
+      yield* releaseSlot(held)
+      if (runaway === undefined) keep?.(decision)
       WorkerMetrics.tasksInFlight.unsafeUpdate(--inFlight, [])
-      Decision.unsafeLog(slot.fiber, decision)
+      if (runaway === undefined) Decision.unsafeLog(slot.fiber, decision)
       return decision
     }
 
@@ -804,6 +1131,8 @@ export const make = <A, I, O, R>(
               // The pool grows as deliveries come, up to the target: one fiber always waits.
               if (mayGrow()) yield* spawn
               yield* process(next.value, slot, restore)
+              // Stopped (its handler interrupted), this fiber cannot wait any more: replaced.
+              if (slot.stopped) return
               // Above a lowered target, a pool fiber retires once its task is settled.
               if (poolSize > Math.max(1, limiter.target())) return
             }
@@ -838,22 +1167,31 @@ export const make = <A, I, O, R>(
     return DeliveryEngine.of({
       handle: (delivery) =>
         Effect.gen(function* () {
-          let decision: Decision.Decision | undefined
-          const fiber = yield* Effect.fork(
-            // A stopped handler leaves its fiber interrupted: the decision is kept as it is made.
+          const decided = yield* Deferred.make<Decision.Decision>()
+          // A stopped handler leaves its fiber interrupted: the decision is kept as it is made,
+          // and returned then. A daemon, so that returning does not wait for the fiber, which may
+          // still hold its slot for a runaway handler; interrupting the caller interrupts it.
+          const fiber = yield* Effect.forkDaemon(
             Effect.uninterruptibleMask((restore) =>
               Effect.withFiberRuntime<Decision.Decision>((fiber) =>
                 Effect.gen(() =>
-                  process(delivery, { fiber, stopped: false }, restore, (d) => (decision = d))
+                  process(
+                    delivery,
+                    { fiber, stopped: false },
+                    restore,
+                    (d) => Deferred.unsafeDone(decided, Effect.succeed(d)),
+                  )
                 )
               )
             ).pipe(Effect.locally(FiberRef.currentLogAnnotations, baseAnnotations)),
           )
-          const exit = yield* Fiber.await(fiber)
-          if (decision !== undefined) return decision
-          return yield* Effect.failCause(exit._tag === "Failure" ? exit.cause : Cause.empty).pipe(
-            Effect.orDie,
-          )
+          return yield* Effect.raceFirst(
+            Deferred.await(decided),
+            Effect.flatMap(Fiber.await(fiber), (exit) =>
+              Exit.isSuccess(exit)
+                ? Effect.succeed(exit.value)
+                : Effect.orDie(Effect.failCause(exit.cause))),
+          ).pipe(Effect.onInterrupt(() => Fiber.interrupt(fiber)))
         }),
       run: Effect.gen(function* () {
         yield* grow
@@ -870,6 +1208,9 @@ export const make = <A, I, O, R>(
       concurrency: Effect.sync(() => limiter.target()),
       interruptAll: Effect.suspend(() => {
         closing = true
+        const waiting = [...onClosing]
+        onClosing.clear()
+        for (const wake of waiting) wake()
         return FiberSet.clear(fibers)
       }),
     })

@@ -27,7 +27,8 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
 /**
  * The transport, stopping its intake (then running `onLimit`) once `maxTasks` deliveries have
  * arrived. Every delivery counts, poison and over-limit ones included: a job's budget is
- * deliveries, not successes.
+ * deliveries, not successes. Its prefetch stays at most 1, whatever raises the concurrency
+ * (`setConcurrency`, an adaptive increase), so that a job never holds more than it will run.
  *
  * @since 0.1.0
  * @category combinators
@@ -40,6 +41,7 @@ export const limitIntake = (
   let taken = 0
   return Transport.of({
     ...transport,
+    setCapacity: (capacity) => transport.setCapacity(Math.min(capacity, 1)),
     take: Effect.flatMap(transport.take, (delivery): Effect.Effect<Option.Option<Delivery>> => {
       if (Option.isNone(delivery)) return Effect.succeed(delivery)
       taken += 1

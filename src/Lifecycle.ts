@@ -25,6 +25,7 @@ import {
   SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "./AmqpTransport.ts"
+import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/hooks.ts"
 import * as JobMode from "./JobMode.ts"
 import { VERSION } from "./internal/version.ts"
@@ -150,12 +151,14 @@ const watchHandlers = <A, I, O, R>(worker: Worker.Worker<A, I, O, R>, clock: Clo
     handler: (input, ctx) => {
       const startedAt = clock.unsafeCurrentTimeMillis()
       const result = worker.handler(input, ctx)
-      if (Effect.isEffect(result)) {
+      const kind = kindOf(result)
+      if (kind === "effect") {
+        const effect = result as Effect.Effect<O, unknown, R>
         const call: Running = { taskId: ctx.taskId, startedAt }
         running.add(call)
-        return Effect.ensuring(result, Effect.sync(() => void running.delete(call)))
+        return Effect.ensuring(effect, Effect.sync(() => void running.delete(call)))
       }
-      if (typeof (result as PromiseLike<O>)?.then !== "function") return result
+      if (kind === "value") return result
       const promise = Promise.resolve(result as PromiseLike<O>)
       const call: Running = { taskId: ctx.taskId, startedAt, promise }
       const settled = () => void running.delete(call)

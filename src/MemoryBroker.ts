@@ -55,6 +55,11 @@ export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")
     body: Uint8Array | string,
     options?: { readonly type?: string; readonly deliveryCount?: number },
   ) => Effect.Effect<StoredMessage, PublishError>
+  /**
+   * While `refusing`, every publish to `queue` fails (`nacked`), as RabbitMQ refuses publishes
+   * to a queue at its length limit with the `reject-publish` overflow policy.
+   */
+  readonly refusePublishes: (queue: string, refusing: boolean) => Effect.Effect<void>
   /** Makes the next matching publish fail, as an unconfirmed publish would. */
   readonly failNextPublish: (
     options?: { readonly queue?: string; readonly type?: string },
@@ -176,6 +181,8 @@ export const make = (
       return true
     }
 
+    const refusing = new Set<string>()
+
     const publish = (
       queue: string,
       body: Uint8Array,
@@ -184,6 +191,8 @@ export const make = (
     ) =>
       injected(queue, type)
         ? Effect.fail(new PublishError({ reason: "injected", messageType: type ?? "unknown" }))
+        : refusing.size !== 0 && refusing.has(queue)
+        ? Effect.fail(new PublishError({ reason: "nacked", messageType: type ?? "unknown" }))
         : Effect.sync(() => core.publish(queue, body, type, deliveryCount))
 
     const transport = (o: TransportOptions) =>
@@ -222,6 +231,8 @@ export const make = (
           opts?.type,
           opts?.deliveryCount,
         ),
+      refusePublishes: (queue, refuse) =>
+        Effect.sync(() => void (refuse ? refusing.add(queue) : refusing.delete(queue))),
       failNextPublish: (opts) =>
         Effect.sync(() => void armed.push({ queue: opts?.queue, type: opts?.type })),
       published: (queue, opts) => Effect.sync(() => core.published(queue, opts?.after ?? 0)),

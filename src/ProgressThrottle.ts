@@ -110,12 +110,18 @@ export const make = (
               )
             }
             if (fraction < highest) return drop("regressed")
-            const encoded = encodeMessageText({
-              type: "progress",
-              task_id: taskId,
-              progress: fraction,
-              payload,
-            })
+            let encoded: Either.Either<string, { readonly message: string }>
+            try {
+              encoded = encodeMessageText({
+                type: "progress",
+                task_id: taskId,
+                progress: fraction,
+                payload,
+              })
+            } catch {
+              // A payload whose getters throw, or a revoked Proxy: dropped like any non-JSON.
+              encoded = Either.left({ message: "it cannot be read" })
+            }
             if (Either.isLeft(encoded)) {
               return Effect.logWarning(`A progress payload was dropped: ${encoded.left.message}`)
                 .pipe(

@@ -18,6 +18,7 @@ import {
   Option,
   Redacted,
 } from "effect"
+import { isNegativeOrNaN } from "./internal/duration.ts"
 import { SettingsError } from "./WorkerError.ts"
 
 /**
@@ -65,7 +66,7 @@ export interface WorkerSettings {
   readonly mode: WorkerMode
   /** `WORKER_JOB_MAX_TASKS`, default 1: deliveries a job takes (counted on arrival). */
   readonly jobMaxTasks: number
-  /** `WORKER_JOB_IDLE_TIMEOUT_S`, default 30 s: a job with nothing in hand this long exits 0. */
+  /** `WORKER_JOB_IDLE_TIMEOUT_S`, default 10 s: a job with nothing in hand this long exits 0. */
   readonly jobIdleTimeout: Duration.Duration
   /** `WORKER_JOB_CONNECT_TIMEOUT_S`, default 30 s: a job that cannot reach the broker this long exits 1. */
   readonly jobConnectTimeout: Duration.Duration
@@ -183,15 +184,6 @@ const seconds = (key: string, description: string, fallback: number | undefined)
 
 const given = <A>(value: A | undefined, config: Config.Config<A>): Config.Config<A> =>
   value === undefined ? config : Config.succeed(value)
-
-// `Duration.decode` turns a negative or NaN input into zero: look at the input itself.
-const isNegativeOrNaN = (input: Duration.DurationInput): boolean => {
-  if (typeof input === "number") return !(input >= 0)
-  if (typeof input === "bigint") return input < 0n
-  if (typeof input === "string") return input.trim().startsWith("-")
-  if (Array.isArray(input)) return !(input[0] * 1e9 + input[1] >= 0)
-  return false
-}
 
 const decodeDuration = (name: string, input: Duration.DurationInput): Raw<Duration.Duration> => {
   const decoded = Duration.decodeUnknown(input)
@@ -343,7 +335,7 @@ export const make = (
     ),
     jobIdleTimeout: given(
       o.jobIdleTimeout,
-      seconds("WORKER_JOB_IDLE_TIMEOUT_S", "idle time after which a job exits", 30),
+      seconds("WORKER_JOB_IDLE_TIMEOUT_S", "idle time after which a job exits", 10),
     ),
     jobConnectTimeout: given(
       o.jobConnectTimeout,

@@ -5,10 +5,20 @@
  *
  * @since 0.1.0
  */
-import { Clock, Duration, Effect, Exit, Layer, Option, Runtime, Scope } from "effect"
+import {
+  Clock,
+  ConfigProvider,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Option,
+  Runtime,
+  Scope,
+} from "effect"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
-import type { MessageType, WireMessage } from "./Protocol.ts"
+import { decodeEnvelope, type MessageType, type WireMessage } from "./Protocol.ts"
 import * as Settings from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
@@ -142,6 +152,19 @@ const toRun = (
 
 let sequence = 0
 
+/** The task id the bytes carry, as the worker reads it: none for poison. */
+const taskIdOf = (bytes: Uint8Array): string | undefined => {
+  const decoded = decodeEnvelope(bytes)
+  switch (decoded._tag) {
+    case "Task":
+      return decoded.envelope.taskId
+    case "InvalidEnvelope":
+      return decoded.taskId
+    case "Poison":
+      return undefined
+  }
+}
+
 /**
  * Makes a harness for `worker` in the current scope.
  *
@@ -163,6 +186,10 @@ export const make = <A, I, O, R>(
           : {}),
         ...options.settingsOverrides,
       },
+    ).pipe(
+      // The test's process environment (IN_QUEUE_NAME, WORKER_TASK_TIMEOUT_S, …) is not the
+      // worker's: only the overrides and the defaults count.
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
     )
     const broker = yield* MemoryBroker.make()
     // Capacity 0: the harness takes each message itself, one delivery per submission.
@@ -220,11 +247,10 @@ export const make = <A, I, O, R>(
           return deliver(encoder.encode(JSON.stringify(envelope)), taskId, o.deliveryCount ?? 0)
         }),
       submitRaw: (bytes, o = {}) =>
-        deliver(
-          typeof bytes === "string" ? encoder.encode(bytes) : bytes,
-          undefined,
-          o.deliveryCount ?? 0,
-        ),
+        Effect.suspend(() => {
+          const raw = typeof bytes === "string" ? encoder.encode(bytes) : bytes
+          return deliver(raw, taskIdOf(raw), o.deliveryCount ?? 0)
+        }),
     }
   })
 

@@ -26,6 +26,7 @@ import * as WorkerHarness from "../src/testing.ts"
 import { type Delivery, Redeliveries, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, LeaseLost, RetryableError } from "../src/WorkerError.ts"
+import { memoryEnvironment } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -653,7 +654,12 @@ describe("DeliveryEngine", () => {
           })
           const settlements: Array<string> = []
           const delivery = recorded(yield* take("t-broken", { text: "x" }), settlements)
-          const decision = yield* engine.handle(delivery)
+          // Requeued after the attempt's backoff (at most the 1 s base), never at once.
+          const fiber = yield* Effect.fork(engine.handle(delivery))
+          yield* TestClock.adjust("400 millis")
+          expect(settlements).toEqual([])
+          yield* TestClock.adjust("1 second")
+          const decision = yield* Fiber.join(fiber)
           expect(decision).toMatchObject({ outcome: "engine_error", action: "nack-requeue" })
           expect(runs).toBe(0)
           expect(settlements).toEqual(["requeue"])
@@ -903,27 +909,56 @@ describe("DeliveryEngine", () => {
   })
 
   describe("publishing", () => {
-    it.scoped("a terminal publish that fails is not acked: the delivery is requeued", () =>
+    it.scoped("a refused terminal publish holds the delivery: retried, then confirmed and acked", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          const harness = yield* WorkerHarness.make(counting)
-          yield* harness.failNextPublish("success")
-          const run = yield* harness.submit({ text: "a b" }, { taskId: "t-unconfirmed" })
-          expect(run.outcome).toBe("NACKED_REQUEUE")
-          expect(run.messageTypes).toEqual(["started"])
+          let runs = 0
+          const worker = define(({ text }) => {
+            runs++
+            return Effect.succeed({ words: countWords(text) })
+          })
+          let refuse: Effect.Effect<void> = Effect.void
+          const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type) =>
+                // The output starts refusing once `started` is out.
+                Effect.zipRight(
+                  type === "started" ? Effect.suspend(() => refuse) : Effect.void,
+                  t.publish(body, type),
+                ),
+            }),
+          })
+          refuse = broker.refusePublishes(settings.outQueue, true)
+          const settlements: Array<string> = []
+          const delivery = recorded(yield* take("t-held", { text: "a b" }), settlements)
+          const fiber = yield* Effect.fork(engine.handle(delivery))
+          yield* TestClock.adjust("30 seconds")
+          expect(yield* isDone(fiber)).toBe(false)
+          expect(settlements).toEqual([])
+          expect(yield* broker.unacked(settings.inQueue)).toBe(1)
+          yield* broker.refusePublishes(settings.outQueue, false)
+          yield* TestClock.adjust("5 seconds")
+          const decision = yield* Fiber.join(fiber)
+          expect(decision).toMatchObject({ outcome: "success", action: "conclude" })
+          expect(runs).toBe(1)
+          expect(settlements).toEqual(["ack"])
+          expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started", "success"])
           expectSettled(logs, {
-            outcome: "publish_failed",
-            action: "nack-requeue",
-            taskId: "t-unconfirmed",
+            outcome: "success",
+            action: "conclude",
+            taskId: "t-held",
             attempt: 1,
           })
-          // The task runs again, and this time concludes.
-          const again = yield* harness.submit({ text: "a b" }, { deliveryCount: 1 })
-          again.assertSucceeded()
+          // One line when the output began refusing, one when it accepted again: not one a try.
+          expect(logs.lines.filter((l) => l.message.startsWith("The output queue refused")))
+            .toHaveLength(1)
+          expect(logs.lines.filter((l) => l.message.startsWith("The output queue accepts")))
+            .toHaveLength(1)
         })
       ))
 
-    it.scoped("a `started` publish that fails requeues the delivery without running the handler", () =>
+    it.scoped("a refused `started` holds the delivery: the handler runs once it is confirmed", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -931,18 +966,80 @@ describe("DeliveryEngine", () => {
             runs++
             return Effect.succeed({ words: 0 })
           })
-          const harness = yield* WorkerHarness.make(worker)
-          yield* harness.failNextPublish("started")
-          const run = yield* harness.submit({ text: "x" }, { taskId: "t-no-start" })
+          const { broker, engine, outbound, settings, take } = yield* makeEngine(worker)
+          yield* broker.refusePublishes(settings.outQueue, true)
+          const fiber = yield* Effect.fork(engine.handle(yield* take("t-no-start", { text: "x" })))
+          yield* TestClock.adjust("2 minutes")
           expect(runs).toBe(0)
-          expect(run.outcome).toBe("NACKED_REQUEUE")
-          expect(run.messages).toEqual([])
+          expect(yield* isDone(fiber)).toBe(false)
+          yield* broker.refusePublishes(settings.outQueue, false)
+          yield* TestClock.adjust("5 seconds")
+          expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "success" })
+          expect(runs).toBe(1)
+          expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started", "success"])
+          expectSettled(logs, {
+            outcome: "success",
+            action: "conclude",
+            taskId: "t-no-start",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("an output that refuses past what the lease allows: requeued after a backoff, publish_failed", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          const worker = define(() => {
+            runs++
+            return Effect.succeed({ words: 0 })
+          })
+          // The lease allows 200 s: less 60 s of margin and the 10 s longest backoff, 130 s to
+          // publish the terminal message; less the task's 10 s, 120 s to publish `started`.
+          const { broker, engine, settings, take } = yield* makeEngine(worker, {
+            overrides: { consumerTimeout: "200 seconds", retryBackoffMax: "10 seconds" },
+          })
+          yield* broker.refusePublishes(settings.outQueue, true)
+          const settlements: Array<string> = []
+          const delivery = recorded(yield* take("t-refused", { text: "x" }), settlements)
+          const fiber = yield* Effect.fork(engine.handle(delivery))
+          yield* TestClock.adjust("119 seconds")
+          expect(settlements).toEqual([])
+          yield* TestClock.adjust("20 seconds")
+          expect(yield* Fiber.join(fiber)).toMatchObject({
+            outcome: "publish_failed",
+            action: "nack-requeue",
+            reason: "started",
+          })
+          expect(runs).toBe(0)
+          expect(settlements).toEqual(["requeue"])
           expectSettled(logs, {
             outcome: "publish_failed",
             action: "nack-requeue",
-            taskId: "t-no-start",
+            taskId: "t-refused",
             attempt: 1,
             reason: "started",
+          })
+        })
+      ))
+
+    it.scoped("a task held for a refusing output is interrupted by a shutdown: requeued", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const { broker, engine, settings, take } = yield* makeEngine(counting)
+          yield* broker.refusePublishes(settings.outQueue, true)
+          const settlements: Array<string> = []
+          const fiber = yield* Effect.fork(
+            engine.handle(recorded(yield* take("t-stop-held", { text: "x" }), settlements)),
+          )
+          yield* TestClock.adjust("3 seconds")
+          yield* Fiber.interrupt(fiber)
+          expect(settlements).toEqual(["requeue"])
+          expectSettled(logs, {
+            outcome: "shutdown_requeued",
+            action: "nack-requeue",
+            taskId: "t-stop-held",
+            attempt: 1,
           })
         })
       ))
@@ -1280,5 +1377,227 @@ describe("DeliveryEngine", () => {
           })
         })
       ))
+  })
+
+  describe("misbehaving handlers", () => {
+    it.scoped("an invalid RetryableError delay is an ordinary retry: the computed backoff, and a warning", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          for (const [i, delay] of (["nonsense", -1, Number.NaN, {}, [-1, 0]] as const).entries()) {
+            const worker = define(() =>
+              Effect.fail(new RetryableError({ delay: delay as Duration.DurationInput }))
+            )
+            const { engine, take } = yield* makeEngine(worker)
+            const settlements: Array<string> = []
+            const delivery = recorded(yield* take(`t-delay-${i}`, { text: "x" }), settlements)
+            const fiber = yield* Effect.fork(engine.handle(delivery))
+            // The base's backoff for attempt 1: between half and all of 1 s, not at once.
+            yield* TestClock.adjust("499 millis")
+            expect(settlements, `delay ${String(delay)}`).toEqual([])
+            yield* TestClock.adjust("501 millis")
+            expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "retry" })
+            expect(settlements).toEqual(["requeue"])
+          }
+          const warnings = logs.lines.filter((l) =>
+            l.level === "WARN" && l.message.includes("delay is not a non-negative duration")
+          )
+          expect(warnings).toHaveLength(5)
+        })
+      ))
+
+    it.effect("backoff: an own delay that names no duration, or a negative one, is the computed one", () =>
+      Effect.gen(function* () {
+        const settings = {
+          retryBackoffBase: Duration.seconds(1),
+          retryBackoffMax: Duration.seconds(60),
+        }
+        for (const delay of ["nonsense", -1, Number.NaN, {}, "-5 seconds", null]) {
+          const millis = yield* DeliveryEngine.backoff(settings, 2, delay).pipe(
+            Effect.map(Duration.toMillis),
+            Effect.withRandom(Random.fixed([0])),
+          )
+          expect(millis, String(delay)).toBe(1000)
+        }
+        expect(Duration.toMillis(yield* DeliveryEngine.backoff(settings, 2, 0))).toBe(0)
+        expect(Duration.toMillis(yield* DeliveryEngine.backoff(settings, 2, Infinity))).toBe(60_000)
+      }))
+
+    it.scoped("a delivery count that is not a count (negative, fractional) is the first attempt, with a warning", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const { engine, take } = yield* makeEngine(counting)
+          for (const [i, deliveryCount] of [-1, 2.5].entries()) {
+            const taskId = `t-count-${i}`
+            const decision = yield* engine.handle(
+              yield* take(taskId, { text: "a" }, { deliveryCount }),
+            )
+            expect(decision).toMatchObject({ outcome: "success", attempt: 1 })
+            expectSettled(logs, {
+              outcome: "success",
+              action: "conclude",
+              taskId,
+              attempt: 1,
+            })
+            expect(
+              logs.lines.some((l) =>
+                l.level === "WARN" && l.annotations.task_id === taskId &&
+                l.message.includes("is not a count")
+              ),
+            ).toBe(true)
+          }
+        })
+      ))
+
+    it.scoped("an async handler that ignores its signal keeps its slot, and counts in flight, until it ends", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let release = () => {}
+          const ignoring = new Promise<void>((resolve) => (release = resolve))
+          const started: Array<string> = []
+          const worker = define(async ({ text }, ctx) => {
+            started.push(ctx.taskId)
+            if (text === "ignore") await ignoring // the signal fires, and is ignored
+            return { words: 1 }
+          })
+          const { engine, take } = yield* makeEngine(worker)
+          const first = yield* Effect.fork(
+            engine.handle(yield* take("t-ignore", { text: "ignore" })),
+          )
+          yield* waitUntil(() => started.length === 1, "the first handler runs")
+          const second = yield* Effect.fork(engine.handle(yield* take("t-next", { text: "a" })))
+          yield* TestClock.adjust("10 seconds")
+          // Concluded at its time limit...
+          expect(yield* Fiber.join(first)).toMatchObject({
+            outcome: "failure",
+            code: "TASK_TIMEOUT",
+          })
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-ignore",
+            code: "TASK_TIMEOUT",
+            attempt: 1,
+          })
+          // ...but its handler still runs: it keeps the worker's one slot.
+          for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
+          expect(started).toEqual(["t-ignore"])
+          expect(yield* engine.inFlight).toBe(2)
+          release()
+          expect(yield* Fiber.join(second)).toMatchObject({ outcome: "success" })
+          expect(started).toEqual(["t-ignore", "t-next"])
+          for (let i = 0; i < 100 && (yield* engine.inFlight) > 0; i++) yield* Effect.yieldNow()
+          expect(yield* engine.inFlight).toBe(0)
+        })
+      ))
+
+    it.live("a result that arrives after the deadline concludes TASK_TIMEOUT", () =>
+      Effect.gen(function* () {
+        // The handler blocks the event loop past its time limit, so no timer can fire before it
+        // returns: a real clock, as the harness runs by default.
+        const worker = define(() => {
+          const until = Date.now() + 120
+          while (Date.now() < until) {
+            // busy
+          }
+          return Effect.succeed({ words: 1 })
+        }, { timeout: "50 millis" })
+        const harness = yield* WorkerHarness.make(worker)
+        const run = yield* harness.submit({ text: "a" })
+        run.assertFailed({ code: "TASK_TIMEOUT" })
+      }).pipe(Effect.scoped))
+
+    it.scoped("a handler that interrupts itself concludes INTERNAL_ERROR, not a requeue", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(define(() => Effect.interrupt))
+          const run = yield* harness.submit({ text: "a" }, { taskId: "t-self" })
+          run.assertFailed({ code: "INTERNAL_ERROR" })
+          expect(run.error?.message).toBe(INTERNAL_SENTENCE)
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-self",
+            code: "INTERNAL_ERROR",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("a value that cannot be read: thrown, INTERNAL_ERROR; returned, INVALID_OUTPUT unless it poses as a thenable", () =>
+      Effect.gen(function* () {
+        const no = () => {
+          throw new Error("no")
+        }
+        /** Every trap throws; with `plain`, it says it has no `then`, as a plain value. */
+        const unreadable = (plain: boolean) =>
+          new Proxy({}, {
+            get: (_target, key) => (plain && key === "then" ? undefined : no()),
+            has: no,
+            ownKeys: no,
+            getOwnPropertyDescriptor: no,
+            getPrototypeOf: no,
+          })
+        const run = (handler: () => unknown) =>
+          Effect.flatMap(
+            WorkerHarness.make(define(handler as () => Effect.Effect<Words>)),
+            (harness) => harness.submit({ text: "a" }),
+          )
+        ;(yield* run(() => {
+          throw unreadable(false)
+        })).assertFailed({ code: "INTERNAL_ERROR" })
+        ;(yield* run(() => unreadable(true))).assertFailed({ code: "INVALID_OUTPUT" }) // A `then` that throws when read is a rejection, as `Promise.resolve` takes it.
+        ;(yield* run(() => unreadable(false))).assertFailed({ code: "INTERNAL_ERROR" })
+      }))
+  })
+
+  describe("an output queue that refuses", () => {
+    it.effect("a running worker starts no handler while it refuses, and concludes every task once it accepts", () => {
+      let runs = 0
+      const worker = Worker.make({
+        name: "count-words",
+        input: Text,
+        output: Words,
+        timeout: "10 seconds",
+        concurrency: 3,
+        handler: ({ text }) => Effect.sync(() => (runs++, { words: countWords(text) })),
+      })
+      const published: Array<string> = []
+      return withLogs((logs) =>
+        Effect.gen(function* () {
+          const broker = yield* MemoryBroker.MemoryBroker
+          const settings = yield* Settings.Settings
+          yield* broker.refusePublishes(settings.outQueue, true)
+          yield* Worker.start(worker)
+          const ids = Array.from({ length: 10 }, (_, i) => `t-${i}`)
+          for (const id of ids) {
+            yield* broker.publish(settings.inQueue, envelope(id, { text: "a b" })).pipe(
+              Effect.orDie,
+            )
+          }
+          for (let i = 0; i < 10; i++) yield* TestClock.adjust("1 second")
+          // Intake paused: no handler ran, only the prefetch is in hand, nothing was settled.
+          expect(runs).toBe(0)
+          expect(yield* broker.unacked(settings.inQueue)).toBe(3)
+          expect(yield* broker.ready(settings.inQueue)).toBe(7)
+          expect(logs.settled()).toEqual([])
+          yield* broker.refusePublishes(settings.outQueue, false)
+          for (let i = 0; i < 10 && logs.settled().length < 10; i++) {
+            yield* TestClock.adjust("5 seconds")
+            yield* waitUntil(() => true, "a turn")
+          }
+          yield* waitUntil(() => logs.settled().length === 10, "every task settled")
+          const out = yield* broker.published(settings.outQueue)
+          for (const m of out) published.push(decode(m.body).data.message_type)
+          expect(runs).toBe(10)
+          expect(published.filter((t) => t === "success")).toHaveLength(10)
+          // Each on its first attempt: not one burned by the refusing output.
+          for (const id of ids) {
+            expectSettled(logs, { outcome: "success", action: "conclude", taskId: id, attempt: 1 })
+          }
+          expect(logs.lines.filter((l) => l.message.startsWith("The output queue refused")))
+            .toHaveLength(1)
+        }).pipe(Effect.scoped, Effect.provide(memoryEnvironment(worker)))
+      )
+    })
   })
 })

@@ -36,6 +36,24 @@ describe("JobMode", () => {
         expect(yield* broker.ready("in")).toBe(2)
       }))
 
+    it.scoped("never raises the prefetch above 1, whatever the concurrency becomes", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make()
+        const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 1 })
+        for (const body of ["one", "two", "three"]) yield* broker.publish("in", body)
+        const job = JobMode.limitIntake(transport, 10)
+        // As `setConcurrency(5)` or an adaptive increase would ask.
+        yield* job.setCapacity(5)
+        expect(yield* broker.unacked("in")).toBe(1)
+        expect(yield* broker.ready("in")).toBe(2)
+        // 0 still pauses intake.
+        yield* job.setCapacity(0)
+        yield* Option.getOrThrow(yield* job.take).ack
+        expect(yield* broker.unacked("in")).toBe(0)
+        yield* job.setCapacity(3)
+        expect(yield* broker.unacked("in")).toBe(1)
+      }))
+
     it.scoped("passes the end of intake through without counting it", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()

@@ -327,13 +327,13 @@ describe("Settings", () => {
   })
 
   describe("transport and job mode", () => {
-    it.effect("default to RabbitMQ, a service, and a job of one task with 30 s timeouts", () =>
+    it.effect("default to RabbitMQ, a service, and a job of one task, idle 10 s, connect 30 s", () =>
       Effect.gen(function* () {
         const s = yield* load()
         expect(s.transport).toBe("amqp")
         expect(s.mode).toBe("service")
         expect(s.jobMaxTasks).toBe(1)
-        expect(millis(s.jobIdleTimeout)).toBe(30_000)
+        expect(millis(s.jobIdleTimeout)).toBe(10_000)
         expect(millis(s.jobConnectTimeout)).toBe(30_000)
       }))
 

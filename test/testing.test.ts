@@ -1,3 +1,4 @@
+import process from "node:process"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Schema } from "effect"
 import { FatalError, RetryableError } from "../src/WorkerError.ts"
@@ -62,12 +63,50 @@ describe("WorkerHarness", () => {
     expect(run.messages).toEqual([])
   })
 
-  it("failNextPublish makes the terminal publish fail: requeued, not acked", async () => {
+  it("failNextPublish: the refused terminal publish is retried, then the task concludes", async () => {
     await using harness = await WorkerHarness.start(worker)
     await harness.failNextPublish("success")
     const run = await harness.submit({ text: "abc" })
-    expect(run.outcome).toBe("NACKED_REQUEUE")
-    expect(run.messageTypes).toEqual(["started", "progress"])
+    run.assertSucceeded()
+    expect(run.messageTypes).toEqual(["started", "progress", "success"])
+  })
+
+  it("submitRaw reports the task id the bytes carry, and only that task's messages", async () => {
+    await using harness = await WorkerHarness.start(worker)
+    const envelope = `{"task_id":"t-raw","data":{"message_type":"submission","body":{"text":"ab"}}}`
+    const run = await harness.submitRaw(envelope)
+    expect(run.taskId).toBe("t-raw")
+    run.assertSucceeded()
+    const invalid = await harness.submitRaw(`{"task_id":"t-bad","data":{}}`)
+    expect(invalid.taskId).toBe("t-bad")
+    invalid.assertFailed({ code: "INVALID_MESSAGE" })
+    expect((await harness.submitRaw("[]")).taskId).toBeUndefined()
+  })
+
+  it("reads no environment: only its overrides and the defaults count", async () => {
+    const saved = { in: process.env.IN_QUEUE_NAME, timeout: process.env.WORKER_TASK_TIMEOUT_S }
+    process.env.IN_QUEUE_NAME = "from-the-environment"
+    process.env.WORKER_TASK_TIMEOUT_S = "0.001"
+    try {
+      await using harness = await WorkerHarness.start(worker)
+      const run = await harness.submit({ text: "abc" })
+      run.assertSucceeded()
+      const settings = await Effect.runPromise(
+        Effect.scoped(Effect.map(WorkerHarness.make(worker), (h) => h.settings)),
+      )
+      expect(settings.inQueue).toBe("harnessed_queue_in")
+      expect(Duration.toMillis(settings.taskTimeout)).toBe(5000)
+    } finally {
+      for (
+        const [key, value] of [["IN_QUEUE_NAME", saved.in], [
+          "WORKER_TASK_TIMEOUT_S",
+          saved.timeout,
+        ]]
+      ) {
+        if (value === undefined) delete process.env[key!]
+        else process.env[key!] = value
+      }
+    }
   })
 
   it.scoped("overriding only the backoff base keeps the production maximum", () =>

@@ -104,7 +104,9 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
       if (target === Infinity) {
         yield* Deferred.await(signal)
       } else {
-        yield* Effect.raceFirst(Effect.sleep(target - now), Deferred.await(signal))
+        // Whole milliseconds, up: a sleep is kept to the nanosecond, and one that ends a hair
+        // before a fractional due would have the fiber sleep for nothing, again and again.
+        yield* Effect.raceFirst(Effect.sleep(Math.ceil(target - now)), Deferred.await(signal))
       }
       wake = undefined
     }

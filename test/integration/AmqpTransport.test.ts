@@ -1,3 +1,5 @@
+import { execFileSync } from "node:child_process"
+import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   Cause,
@@ -55,6 +57,37 @@ const runWorker = <A, I, O>(
 
 const decisions = (logs: ReadonlyArray<string>) =>
   logs.filter((l) => l.startsWith("Delivery settled:"))
+
+const rabbitmqctl = (...args: ReadonlyArray<string | { readonly ignoreFailure: boolean }>) => {
+  const words = args.filter((a): a is string => typeof a === "string")
+  try {
+    execFileSync("rabbitmqctl", ["-q", ...words], { encoding: "utf8", timeout: 60_000 })
+  } catch (error) {
+    if (!args.some((a) => typeof a === "object" && a.ignoreFailure)) throw error
+  }
+}
+
+/** Polls `check` every 20 ms for at most 20 s. */
+const waitFor = async (check: () => boolean) => {
+  const deadline = Date.now() + 20_000
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("gave up waiting")
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** Publishes to `queue` until it refuses one (a policy takes a moment to apply). */
+const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, queue: string) => {
+  const deadline = Date.now() + 20_000
+  while (Date.now() < deadline) {
+    broker.publish(queue, "{}")
+    const refused = await broker.confirmed().then(() => false, () => true)
+    if (refused) return
+    // A quorum queue takes one message past its limit before it refuses: it stays there.
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`${queue} still accepts publishes`)
+}
 
 const Input = Schema.Struct({ text: Schema.String })
 const Output = Schema.Struct({ words: Schema.Number })
@@ -371,6 +404,72 @@ describe("AmqpTransport on RabbitMQ", () => {
       const broker = await platform(QUORUM_VHOST)
       await broker.remove(`${statusQueue}_queue_in`, `${statusQueue}_queue_out`)
       await broker.close()
+    },
+    TIMEOUT,
+  )
+
+  it(
+    "an output queue that refuses every publish for 10 s: the task is held, not requeued, the worker idles, and it concludes once the queue accepts",
+    async () => {
+      const name = uniqueName("refused")
+      const outQueue = `${name}_queue_out`
+      const policy = `${name}-refuse`
+      /** A length limit on the output queue: at it, `reject-publish` nacks every publish. */
+      const limitOutput = (max: number) =>
+        rabbitmqctl(
+          "set_policy",
+          "-p",
+          QUORUM_VHOST,
+          "--apply-to",
+          "queues",
+          policy,
+          `^${outQueue}$`,
+          JSON.stringify({ "max-length": max, overflow: "reject-publish" }),
+        )
+      const broker = await platform(QUORUM_VHOST)
+      const worker = runWorker(countWords(name), QUORUM_VHOST, {})
+      try {
+        await broker.waitForQueues(name)
+        // A queue at its length limit with `reject-publish` nacks every publish, as a full
+        // output queue in production would.
+        limitOutput(0)
+        await waitUntilRefused(broker, outQueue)
+        broker.publish(`${name}_queue_in`, broker.envelope("t-refused", { text: "a b c" }))
+        await broker.confirmed()
+        const cpuBefore = process.cpuUsage()
+        await new Promise((resolve) => setTimeout(resolve, 10_000))
+        const cpu = process.cpuUsage(cpuBefore)
+        const held = decisions(worker.logs)
+        // The queue accepts again. On RabbitMQ 3.10 a quorum queue keeps refusing once its
+        // policy is cleared: the limit is raised instead.
+        limitOutput(1_000_000)
+        const out = await broker.readUntil(outQueue, (all) => all.some(terminal), 30_000)
+        const cpuMillis = (cpu.user + cpu.system) / 1000
+        console.log(
+          `refused for 10 s: ${held.length} decision lines while refused, ${worker.logs.length} log lines in all, CPU ${
+            cpuMillis.toFixed(0)
+          } ms`,
+        )
+        // Held, not requeued: nothing was settled while the queue refused.
+        expect(held).toEqual([])
+        // A worker that spins burns a core: 10 s of it would be ~10 000 ms.
+        expect(cpuMillis).toBeLessThan(2000)
+        // The task concludes with its handler's outcome, on its first attempt.
+        expect(out.filter(terminal).map((m) => m.text)).toEqual([
+          `{"task_id":"t-refused","data":{"message_type":"success","response":{"words":3}}}`,
+        ])
+        await waitFor(() => decisions(worker.logs).length === 1)
+        expect(decisions(worker.logs)[0]).toMatch(
+          /^Delivery settled: outcome=success .*attempt=1\/5/,
+        )
+        // The log's rate is bounded: a line when refusing began, one when it ended.
+        expect(worker.logs.filter((l) => l.startsWith("The output queue refused"))).toHaveLength(1)
+      } finally {
+        rabbitmqctl("clear_policy", "-p", QUORUM_VHOST, policy, { ignoreFailure: true })
+        await worker.stop()
+        await broker.remove(`${name}_queue_in`, outQueue)
+        await broker.close()
+      }
     },
     TIMEOUT,
   )
