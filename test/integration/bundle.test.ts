@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { checkBuild, denoBinary, ROOT } from "./cli.ts"
+import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const TASK =
   `{"task_id": "t-1", "data": {"message_type": "submission", "body": {"text": "one two three"}}}\n`

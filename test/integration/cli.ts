@@ -6,87 +6,22 @@
  * `WORKER_SDK` so that the CLI and the worker share one copy of it.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync, readdirSync, statSync } from "node:fs"
 import { createServer } from "node:net"
-import { dirname, join, resolve } from "node:path"
+import { join } from "node:path"
 import process from "node:process"
-import { fileURLToPath, pathToFileURL } from "node:url"
 import { afterAll, beforeAll, describe, it, type TestContext } from "vitest"
+import {
+  baseEnv,
+  checkBuild,
+  denoBinary,
+  ROOT,
+  type Runtime,
+  runtimeSpec,
+} from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 
-export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const FIXTURES = join(ROOT, "test/fixtures/cli")
 const WORKERS = join(FIXTURES, "workers.mjs")
-
-export type Runtime = "node" | "deno"
-
-interface RuntimeSpec {
-  /** The executable and the arguments before `run <module>`. */
-  readonly command: string
-  readonly args: ReadonlyArray<string>
-  /** What the fixture imports as the SDK. */
-  readonly sdk: string
-}
-
-/**
- * `node_modules/.bin/deno` is a Node script that runs the binary with `spawnSync` and does not
- * forward signals: a SIGTERM would end the wrapper and orphan Deno. The binary it runs is used.
- */
-export const denoBinary = (): string => {
-  const candidates = [
-    join(ROOT, "node_modules/deno/deno"),
-    join(ROOT, `node_modules/@deno/${process.platform}-${process.arch}-glibc/deno`),
-    join(ROOT, "node_modules/@deno/linux-x64-glibc/deno"),
-  ]
-  const found = candidates.find((path) => existsSync(path))
-  if (found === undefined) {
-    throw new Error(
-      `The Deno binary is missing (looked for ${candidates.join(", ")}): run npm install`,
-    )
-  }
-  return found
-}
-
-const newest = (dir: string): { readonly path: string; readonly mtime: number } => {
-  let best = { path: dir, mtime: 0 }
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name)
-    const candidate = entry.isDirectory() ? newest(path) : { path, mtime: statSync(path).mtimeMs }
-    if (candidate.mtime > best.mtime) best = candidate
-  }
-  return best
-}
-
-/** The Node CLI is the build in `dist/`: fail clearly when it is missing or older than `src/`. */
-export const checkBuild = (): void => {
-  const cli = join(ROOT, "dist/cli.js")
-  if (!existsSync(cli) || !existsSync(join(ROOT, "dist/index.js"))) {
-    throw new Error(
-      "dist/cli.js is missing: build first with `npm run build` (npx tsc -p tsconfig.build.json); " +
-        "`npm test` builds before it runs the tests",
-    )
-  }
-  const source = newest(join(ROOT, "src"))
-  if (source.mtime > statSync(cli).mtimeMs) {
-    throw new Error(
-      `dist/ is older than ${source.path}: rebuild with \`npm run build\` ` +
-        "(npx tsc -p tsconfig.build.json) so that the Node CLI runs the current sources",
-    )
-  }
-}
-
-const runtimeSpec = (runtime: Runtime): RuntimeSpec =>
-  runtime === "node"
-    ? {
-      command: process.execPath.includes("deno") ? "node" : process.execPath,
-      args: [join(ROOT, "dist/cli.js")],
-      sdk: pathToFileURL(join(ROOT, "dist/index.js")).href,
-    }
-    : {
-      command: denoBinary(),
-      args: ["run", "-A", join(ROOT, "cli.ts")],
-      sdk: pathToFileURL(join(ROOT, "src/index.ts")).href,
-    }
 
 interface Exited {
   readonly code: number | null
@@ -126,16 +61,6 @@ const deadPort = (): Promise<number> =>
       server.close(() => resolve(port))
     })
   })
-
-/** Only what the runtimes need from the test's environment: no BROKER_URL, no WORKER_*. */
-const baseEnv = (): Record<string, string> => {
-  const env: Record<string, string> = { NO_COLOR: "1" }
-  for (const key of ["PATH", "HOME", "TMPDIR", "LANG", "DENO_DIR", "XDG_CACHE_HOME"]) {
-    const value = process.env[key]
-    if (value !== undefined) env[key] = value
-  }
-  return env
-}
 
 const start = (
   runtime: Runtime,
