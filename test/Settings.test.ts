@@ -1,5 +1,5 @@
-import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Duration, Effect, Option, Redacted } from "effect"
+import { describe, expect, expectTypeOf, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect, type LogLevel, Option, Redacted } from "effect"
 import { hostname as osHostname } from "node:os"
 import { inspect } from "node:util"
 import * as Settings from "../src/Settings.ts"
@@ -417,5 +417,39 @@ describe("Settings", () => {
           expect(error.problems[0]).toContain("WORKER_JOB_MAX_TASKS")
         }
       }))
+  })
+
+  // Checked by the compiler (`tsc`, `deno check`): the types come from the settings table, and
+  // each kind of row must still give the precise type, not a wider one.
+  describe("types", () => {
+    it("are as precise as each kind of row", () => {
+      expectTypeOf<Settings.WorkerSettings["inQueue"]>().toEqualTypeOf<string>()
+      expectTypeOf<Settings.WorkerSettings["concurrency"]>().toEqualTypeOf<number>()
+      expectTypeOf<Settings.WorkerSettings["shutdownGrace"]>().toEqualTypeOf<Duration.Duration>()
+      expectTypeOf<Settings.WorkerSettings["brokerUrl"]>().toEqualTypeOf<
+        Option.Option<Redacted.Redacted<string>>
+      >()
+      expectTypeOf<Settings.WorkerSettings["logLevel"]>().toEqualTypeOf<LogLevel.LogLevel>()
+      expectTypeOf<Settings.TransportKind>().toEqualTypeOf<"amqp" | "memory">()
+      expectTypeOf<Settings.WorkerMode>().toEqualTypeOf<"service" | "job">()
+    })
+
+    it("let code give durations as DurationInput, the broker URL as a string, any key left out", () => {
+      expectTypeOf<Settings.SettingsOverrides["shutdownGrace"]>().toEqualTypeOf<
+        Duration.DurationInput | undefined
+      >()
+      expectTypeOf<Settings.SettingsOverrides["brokerUrl"]>().toEqualTypeOf<
+        string | Redacted.Redacted<string> | undefined
+      >()
+      expectTypeOf<Settings.SettingsOverrides["mode"]>().toEqualTypeOf<
+        Settings.WorkerMode | undefined
+      >()
+      expectTypeOf<Partial<Settings.SettingsOverrides>>().toEqualTypeOf<
+        Settings.SettingsOverrides
+      >()
+      expectTypeOf<keyof Settings.SettingsOverrides>().toEqualTypeOf<
+        keyof Settings.WorkerSettings
+      >()
+    })
   })
 })

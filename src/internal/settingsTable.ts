@@ -1,0 +1,162 @@
+/**
+ * The settings table: one row per variable of the spec, from which `WorkerSettings`,
+ * `SettingsOverrides`, the `Config` that reads the environment and the README's table all
+ * come. Adding a setting is adding a row; checks between fields are in `Settings.ts`.
+ * The order is the README's, and the order in which problems are listed.
+ */
+import { hostname } from "node:os"
+import { Duration } from "effect"
+import { duration, integer, literal, logLevel, secret, text } from "./settings.ts"
+
+/** The rows, by field name. */
+export const table = {
+  inQueue: text({
+    env: "IN_QUEUE_NAME",
+    default: (definition) => `${definition.name}_queue_in`,
+    shownDefault: "`<name>_queue_in`",
+    allowEmpty: false,
+    meaning: "the queue tasks are taken from",
+  }),
+  outQueue: text({
+    env: "OUT_QUEUE_NAME",
+    default: (definition) => `${definition.name}_queue_out`,
+    shownDefault: "`<name>_queue_out`",
+    allowEmpty: false,
+    meaning: "the queue results are published to; not the input queue",
+  }),
+  concurrency: integer({
+    env: "WORKER_CONCURRENCY",
+    default: (definition) => definition.concurrency ?? 1,
+    shownDefault: "the definition's, else 1",
+    min: 1,
+    meaning: "tasks at once, and the prefetch; 1 in job mode",
+  }),
+  deliveryLimit: integer({
+    env: "WORKER_DELIVERY_LIMIT",
+    default: 5,
+    min: 1,
+    meaning: "the last attempt; later deliveries conclude `TASK_ABANDONED_AFTER_REDELIVERIES`",
+  }),
+  retryBackoffBase: duration({
+    env: "WORKER_RETRY_BACKOFF_BASE_S",
+    default: 1,
+    allowZero: true,
+    meaning: "the first retry's backoff, doubled for each later one",
+  }),
+  retryBackoffMax: duration({
+    env: "WORKER_RETRY_BACKOFF_MAX_S",
+    default: 60,
+    allowZero: true,
+    meaning: "the longest retry backoff, a `RetryableError`'s own delay included",
+  }),
+  consumerTimeout: duration({
+    env: "WORKER_CONSUMER_TIMEOUT_S",
+    default: 1800,
+    allowZero: false,
+    meaning: "the broker's lease bound; `timeout + backoff max + 60 s` must fit under it",
+  }),
+  shutdownGrace: duration({
+    env: "WORKER_SHUTDOWN_GRACE_S",
+    default: 25,
+    allowZero: true,
+    meaning: "drain window: how long in-flight tasks may finish at shutdown",
+  }),
+  shutdownHooksTimeout: duration({
+    env: "WORKER_SHUTDOWN_HOOKS_TIMEOUT_S",
+    default: 5,
+    allowZero: true,
+    meaning: "all shutdown hooks together",
+  }),
+  progressMinInterval: duration({
+    env: "WORKER_PROGRESS_MIN_INTERVAL_S",
+    default: 1,
+    allowZero: true,
+    meaning: "at most one progress message per task per interval",
+  }),
+  maxMessageBytes: integer({
+    env: "WORKER_MAX_MESSAGE_BYTES",
+    default: 16 * 1024 * 1024,
+    shownDefault: "16 MiB",
+    min: 1,
+    meaning: "larger messages are poison, unparsed",
+  }),
+  taskTimeout: duration({
+    env: "WORKER_TASK_TIMEOUT_S",
+    default: (definition) => Duration.toSeconds(definition.timeout),
+    shownDefault: "the definition's `timeout`",
+    allowZero: false,
+    meaning: "the handler's time limit",
+  }),
+  hostname: text({
+    env: "HOSTNAME",
+    default: () => hostname(),
+    shownDefault: "the host's name",
+    allowEmpty: false,
+    meaning: "sent in `started`",
+  }),
+  healthCheckHost: text({
+    env: "HEALTH_CHECK_HOST",
+    default: "0.0.0.0",
+    allowEmpty: true,
+    meaning: "the probe server's address",
+  }),
+  healthCheckPort: integer({
+    env: "HEALTH_CHECK_PORT",
+    default: 8083,
+    min: 0,
+    max: 65535,
+    meaning: "the probe server's port",
+  }),
+  brokerUrl: secret({
+    env: "BROKER_URL",
+    meaning: "the RabbitMQ URL; redacted everywhere, as it holds the password",
+  }),
+  transport: literal({
+    env: "WORKER_TRANSPORT",
+    values: ["amqp", "memory"],
+    default: "amqp",
+    meaning:
+      "`amqp` (RabbitMQ at `BROKER_URL`) or `memory` (the embedded broker, for local trials)",
+  }),
+  mode: literal({
+    env: "WORKER_MODE",
+    values: ["service", "job"],
+    default: "service",
+    meaning: "`service`, or `job`: prefetch 1, bounded tasks, then exit",
+  }),
+  jobMaxTasks: integer({
+    env: "WORKER_JOB_MAX_TASKS",
+    default: 1,
+    min: 1,
+    meaning: "deliveries a job takes, counted on arrival",
+  }),
+  jobIdleTimeout: duration({
+    env: "WORKER_JOB_IDLE_TIMEOUT_S",
+    default: 10,
+    allowZero: false,
+    meaning: "a job with nothing in hand this long exits 0",
+  }),
+  jobConnectTimeout: duration({
+    env: "WORKER_JOB_CONNECT_TIMEOUT_S",
+    default: 30,
+    allowZero: false,
+    meaning: "a job that cannot reach the broker this long exits 1",
+  }),
+  logLevel: logLevel({
+    env: "LOG_LEVEL",
+    default: "info",
+    meaning: "`debug`, `info`, `warning`, `error`, `critical` or `none`",
+  }),
+  taskOverrunGrace: duration({
+    env: "WORKER_TASK_OVERRUN_GRACE_S",
+    default: 30,
+    allowZero: true,
+    meaning: "a handler this long past its deadline fails `/health`",
+  }),
+  probeTimeout: duration({
+    env: "WORKER_PROBE_TIMEOUT_S",
+    default: 3,
+    allowZero: false,
+    meaning: "the time each readiness probe has",
+  }),
+}
