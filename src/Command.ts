@@ -7,10 +7,11 @@
 import { resolve } from "node:path"
 import { pathToFileURL } from "node:url"
 import { Effect, Either } from "effect"
+import { firstLine } from "./internal/describe.ts"
 import { VERSION } from "./internal/version.ts"
 import * as Lifecycle from "./Lifecycle.ts"
 import { type ExitCode, Process } from "./Process.ts"
-import type * as Worker from "./Worker.ts"
+import type * as Worker from "./WorkerDefinition.ts"
 
 /**
  * The command's help.
@@ -85,11 +86,6 @@ export const parse = (argv: ReadonlyArray<string>): Either.Either<Invocation, st
     exportName: named ? suffix : "worker",
     memory,
   })
-}
-
-const firstLine = (u: unknown): string => {
-  const text = u instanceof Error ? u.message : String(u)
-  return text.split("\n")[0]!.trim()
 }
 
 const isWorker = (u: unknown): u is Worker.Any =>

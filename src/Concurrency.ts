@@ -6,25 +6,20 @@
  *
  * @since 0.1.0
  */
-import { Data, Effect, Metric } from "effect"
+import { Effect, Metric } from "effect"
+import { ConcurrencyError } from "./WorkerError.ts"
 import { Slots } from "./internal/slots.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
+const MAX = 2 ** 31 - 1
+
 /**
- * An invalid concurrency: negative, not an integer, or above 2^31 − 1.
+ * An invalid concurrency; see {@link WorkerError.ConcurrencyError}.
  *
  * @since 0.1.0
  * @category errors
  */
-export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
-  readonly value: unknown
-}> {
-  override get message(): string {
-    return `A concurrency must be an integer from 0 to ${MAX}, got ${String(this.value)}`
-  }
-}
-
-const MAX = 2 ** 31 - 1
+export { ConcurrencyError }
 
 /**
  * Checks a concurrency target (0 pauses intake).

@@ -8,7 +8,6 @@ import {
   Clock,
   Context,
   DefaultServices,
-  Effect,
   type Fiber,
   FiberRef,
   HashMap,
@@ -77,24 +76,13 @@ export const format = (d: Decision): string => {
 }
 
 /**
- * Counts the decision, and logs its line at INFO with its fields as annotations of that line.
+ * Counts the decision, and logs its line at INFO with its fields as annotations of that line, on
+ * `fiber`, which must be the fiber running this call: the engine logs a decision per delivery on
+ * a fiber it holds.
  *
  * The line goes to the fiber's loggers as `Effect.logInfo` would send it, with the fiber's
  * annotations and the decision's, but without changing the fiber's annotations: a change, even a
  * scoped one, copies every FiberRef of the fiber, and every delivery logs this line.
- *
- * @since 0.1.0
- * @category logging
- */
-export const log = (d: Decision): Effect.Effect<void> =>
-  Effect.withFiberRuntime((fiber) => {
-    unsafeLog(fiber, d)
-    return Effect.void
-  })
-
-/**
- * {@link log} at once, on `fiber`, which must be the fiber running this call: for the engine,
- * which logs a decision per delivery on a fiber it holds.
  *
  * @since 0.1.0
  * @category logging

@@ -6,23 +6,19 @@
  *
  * @since 0.1.0
  */
-import { Clock, Data, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
+import { Clock, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
 import type { ConnectionStatus, Delivery } from "./Transport.ts"
 import { Transport } from "./Transport.ts"
+import { BrokerUnreachable } from "./WorkerError.ts"
 
 /**
- * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`.
+ * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`; see
+ * {@link WorkerError.BrokerUnreachable}.
  *
  * @since 0.1.0
  * @category errors
  */
-export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
-  readonly after: Duration.Duration
-}> {
-  override get message(): string {
-    return `The broker stayed unreachable for ${Duration.format(this.after)}: giving up`
-  }
-}
+export { BrokerUnreachable }
 
 /**
  * The transport, stopping its intake (then running `onLimit`) once `maxTasks` deliveries have

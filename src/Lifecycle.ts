@@ -25,6 +25,7 @@ import {
   SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "./AmqpTransport.ts"
+import { errorText } from "./internal/describe.ts"
 import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/hooks.ts"
 import * as JobMode from "./JobMode.ts"
@@ -33,11 +34,11 @@ import * as MemoryBroker from "./MemoryBroker.ts"
 import * as Probes from "./Probes.ts"
 import * as Prometheus from "./Prometheus.ts"
 import * as RuntimeMetrics from "./RuntimeMetrics.ts"
-import { type ExitCode, Process } from "./Process.ts"
+import { type ExitCode, Process, type Signal } from "./Process.ts"
 import * as Settings from "./Settings.ts"
 import { type ConnectionStatus, Transport } from "./Transport.ts"
-import type * as Worker from "./Worker.ts"
-import * as WorkerModule from "./Worker.ts"
+import type * as Worker from "./WorkerDefinition.ts"
+import * as WorkerProgram from "./WorkerProgram.ts"
 import { type IdleHookError, ProbeError, type TransportError } from "./WorkerError.ts"
 
 /**
@@ -91,9 +92,6 @@ export const shutdownBound = (grace: Duration.Duration): Duration.Duration =>
 
 class StartupFailed extends Data.TaggedError("StartupFailed")<{ readonly cause: unknown }> {}
 
-const describe = (u: unknown): string =>
-  u instanceof Error ? `${u.name}: ${u.message}` : typeof u === "string" ? u : "a non-Error value"
-
 /**
  * Runs hooks in order, all of them within `budget`, each with what is left of it. A hook that
  * refuses to be interrupted is left behind (`disconnect`) when its time is up, so that the hooks
@@ -118,7 +116,7 @@ const runShutdownHooks = <R>(
       )
       if (Either.isLeft(result)) {
         clean = false
-        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${describe(result.left)}`)
+        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${errorText(result.left)}`)
       } else if (Option.isNone(result.right)) {
         clean = false
         yield* Effect.logError(
@@ -239,6 +237,302 @@ export const layerTransport = (
 ): Layer.Layer<Transport, TransportError, Settings.Settings | Process> =>
   settings.transport === "memory" ? layerMemoryTrial : AmqpTransport.layer
 
+/** What the steps of a process's life share: where it is, and what it has started. */
+interface Life<A, I, O, R> {
+  readonly worker: Worker.Worker<A, I, O, R>
+  readonly settings: Settings.WorkerSettings
+  readonly options: RunOptions
+  readonly state: SubscriptionRef.SubscriptionRef<LifecycleState>
+  readonly handlers: ReturnType<typeof watchHandlers<A, I, O, R>>
+  /** Where the transport and the running worker live: closed after the shutdown hooks. */
+  readonly workerScope: Scope.CloseableScope
+  running: Worker.RunningWorker | undefined
+  connection: SubscriptionRef.SubscriptionRef<ConnectionStatus> | undefined
+  startupDone: boolean
+}
+
+/** The settings, checked: a configuration problem is one line on stderr and exit code 2. */
+const readSettings = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: RunOptions,
+): Effect.Effect<Either.Either<Settings.WorkerSettings, string>> =>
+  Effect.gen(function* () {
+    const read = yield* Effect.either(
+      Settings.make(
+        { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+        options.settings,
+      ),
+    )
+    if (Either.isLeft(read)) return Either.left(read.left.message)
+    const settings = read.right
+    if (
+      options.transport === undefined && settings.transport === "amqp" &&
+      Option.isNone(settings.brokerUrl)
+    ) {
+      return Either.left(
+        "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
+          "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
+      )
+    }
+    return Either.right(settings)
+  })
+
+/** The readiness components: the SDK's own (`broker`, `draining`), then the worker's probes. */
+const readiness = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  context: Context.Context<R>,
+): ReadonlyArray<Probes.ReadinessComponent> => [
+  {
+    name: "broker",
+    check: Effect.suspend(() =>
+      life.connection === undefined
+        ? Effect.fail(new ProbeError({ message: "not connected yet" }))
+        : Effect.flatMap(
+          SubscriptionRef.get(life.connection),
+          (status) =>
+            status === "connected"
+              ? Effect.void
+              : Effect.fail(new ProbeError({ message: `the broker connection is ${status}` })),
+        )
+    ),
+  },
+  {
+    name: "draining",
+    check: Effect.flatMap(
+      SubscriptionRef.get(life.state),
+      (s) =>
+        s._tag === "Draining" || s._tag === "Stopped"
+          ? Effect.fail(new ProbeError({ message: "the worker is shutting down" }))
+          : Effect.void,
+    ),
+  },
+  ...Object.entries(life.worker.readiness).map(([name, probe]) => ({
+    name,
+    check: Effect.provide(Hooks.toEffect(probe), context),
+  })),
+]
+
+/** The probe server, up from the start to the end of the shutdown (in `run`'s own scope). */
+const serveProbes = <A, I, O, R>(life: Life<A, I, O, R>, context: Context.Context<R>) => {
+  const settings = life.settings
+  return Probes.make({
+    host: settings.healthCheckHost,
+    port: settings.healthCheckPort,
+    health: Effect.sync(() =>
+      Option.map(
+        life.handlers.overrun(Duration.sum(settings.taskTimeout, settings.taskOverrunGrace)),
+        (call) => ({
+          code: "TASK_OVERRUN",
+          message: `The handler of task ${call.taskId} is still running ${
+            Duration.format(settings.taskOverrunGrace)
+          } past its deadline`,
+        }),
+      )
+    ),
+    readiness: readiness(life, context),
+    probeTimeout: settings.probeTimeout,
+    // Process figures as of the scrape, not of the last periodic sample.
+    metrics: Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition),
+    sdkVersion: VERSION,
+    ...(life.options.versionFile === undefined ? {} : { versionFile: life.options.versionFile }),
+  })
+}
+
+/** How the worker's consuming ends: its transport or hook failing, a job done, `stop()`. */
+const consumingEnds = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  running: Worker.RunningWorker,
+  transport: Transport["Type"],
+): Effect.Effect<void, TransportError | IdleHookError | JobMode.BrokerUnreachable> => {
+  const settings = life.settings
+  const ended = settings.mode !== "job" ? running.await : Effect.raceFirst(
+    Effect.raceFirst(
+      running.await,
+      JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
+        Effect.tap(() =>
+          Effect.logInfo(`Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`)
+        ),
+      ),
+    ),
+    JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
+  )
+  // `worker.stop()` ends the worker as a signal would.
+  return Effect.raceFirst(ended, running.stopRequested)
+}
+
+/** The worker's startup hooks, its transport and its consuming, to the end of consuming. */
+const consume = <A, I, O, R>(life: Life<A, I, O, R>) =>
+  Effect.gen(function* () {
+    const { settings, worker } = life
+    for (const hook of worker.onStartup) {
+      yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupFailed({ cause })))
+    }
+    life.startupDone = true
+    const transportContext = yield* Layer.buildWithScope(
+      life.options.transport ?? layerTransport(settings),
+      life.workerScope,
+    ).pipe(Effect.provideService(Settings.Settings, settings))
+    const transport = Context.get(transportContext, Transport)
+    life.connection = transport.status
+    const running = yield* WorkerProgram.start(life.handlers.watched).pipe(
+      Scope.extend(life.workerScope),
+      Effect.provideService(
+        Transport,
+        settings.mode === "job"
+          ? JobMode.limitIntake(
+            transport,
+            settings.jobMaxTasks,
+            // Done taking: no longer ready, while the last tasks finish.
+            SubscriptionRef.set(life.state, LifecycleState.Draining()),
+          )
+          : transport,
+      ),
+      Effect.provideService(Settings.Settings, settings),
+    )
+    life.running = running
+    yield* SubscriptionRef.set(life.state, LifecycleState.Running())
+    yield* Effect.logInfo(
+      `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
+    )
+    yield* consumingEnds(life, running, transport)
+    return 0 as const
+  })
+
+/** {@link consume}, its failures made exit codes: it never fails. */
+const main = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect<ExitCode, never, R | Process> =>
+  consume(life).pipe(
+    Effect.catchAll((error) => {
+      switch (error._tag) {
+        case "StartupFailed":
+          return Effect.as(
+            Effect.logError(`A startup hook failed: ${errorText(error.cause)}`),
+            1 as const,
+          )
+        case "BrokerUnreachable":
+        case "IdleHookError":
+          return Effect.as(Effect.logError(error.message), 1 as const)
+        case "TransportError":
+          // The transport has logged it; refused credentials or a conflicting queue are
+          // configuration, which no restart mends.
+          return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
+      }
+    }),
+    // A defect (in the transport, the engine) is a failure of the process, not of `run`: the
+    // shutdown must still drain, run the hooks and close.
+    Effect.catchAllCause((cause) =>
+      Cause.isInterruptedOnly(cause)
+        ? Effect.failCause(cause)
+        : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
+    ),
+  )
+
+/**
+ * The shutdown after `first` (the main program's code, or `None` for a signal): drain, stop the
+ * main program (a signal during startup cancels the connection attempt and the startup hooks),
+ * the shutdown hooks, close the transport, and wait for handlers that ignored their signal.
+ */
+const shutdown = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  signals: Queue.Dequeue<Signal>,
+  mainFiber: Fiber.RuntimeFiber<ExitCode>,
+  first: Option.Option<ExitCode>,
+): Effect.Effect<ExitCode, never, R> =>
+  Effect.gen(function* () {
+    if (life.running !== undefined) {
+      yield* SubscriptionRef.set(life.state, LifecycleState.Draining())
+      yield* life.running.drain({
+        skipGrace: Queue.take(signals).pipe(
+          Effect.tap((signal) =>
+            Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
+          ),
+        ),
+      })
+    }
+    yield* Fiber.interrupt(mainFiber)
+    const hooksClean = life.startupDone
+      ? yield* runShutdownHooks(life.worker.onShutdown, life.settings.shutdownHooksTimeout)
+      : true
+    yield* Scope.close(life.workerScope, Exit.void)
+    const pending = life.handlers.pending()
+    if (pending.length > 0) {
+      for (const call of pending) {
+        yield* Effect.logError(
+          `The handler of task ${call.taskId} ignored its AbortSignal and is still running`,
+        ).pipe(Effect.annotateLogs({ task_id: call.taskId }))
+      }
+      yield* Effect.promise(() => Promise.allSettled(pending.map((call) => call.promise)))
+    }
+    const code: ExitCode = Option.getOrElse(first, () => 0 as const)
+    return hooksClean ? code : (code === 0 ? 1 : code)
+  })
+
+/** {@link shutdown}, raced against {@link shutdownBound} from outside: it always ends in time. */
+const boundedShutdown = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  shutdownEffect: Effect.Effect<ExitCode, never, R>,
+): Effect.Effect<ExitCode, never, R> => {
+  const bound = shutdownBound(life.settings.shutdownGrace)
+  // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
+  return shutdownEffect.pipe(
+    Effect.disconnect,
+    Effect.timeoutOption(bound),
+    Effect.flatMap(Option.match({
+      onSome: Effect.succeed,
+      onNone: () =>
+        Effect.as(
+          Effect.logError(`The shutdown did not end within ${Duration.format(bound)}: exiting`),
+          1 as const,
+        ),
+    })),
+    Effect.catchAllCause((cause) =>
+      Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
+    ),
+  )
+}
+
+/** The life after the settings: probes, the main program until it ends or a signal, the shutdown. */
+const live = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  settings: Settings.WorkerSettings,
+  options: RunOptions,
+) =>
+  Effect.gen(function* () {
+    const process = yield* Process
+    const context = yield* Effect.context<R>()
+    const signals = yield* process.signals
+    const life: Life<A, I, O, R> = {
+      worker,
+      settings,
+      options,
+      state: yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting()),
+      handlers: watchHandlers(worker, yield* Effect.clock),
+      workerScope: yield* Scope.make(),
+      running: undefined,
+      connection: undefined,
+      startupDone: false,
+    }
+    yield* RuntimeMetrics.make()
+    const probes = yield* Effect.either(serveProbes(life, context))
+    if (Either.isLeft(probes)) {
+      yield* process.writeErr(probes.left.message)
+      return 2 as ExitCode
+    }
+    yield* Effect.logInfo(
+      `Probes on http://${settings.healthCheckHost}:${probes.right.port} (/health, /ready, /metrics)`,
+    )
+    const mainFiber = yield* Effect.fork(main(life))
+    const first = yield* Effect.raceFirst(
+      Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
+      Queue.take(signals).pipe(
+        Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
+        Effect.as(Option.none<ExitCode>()),
+      ),
+    )
+    const code = yield* boundedShutdown(life, shutdown(life, signals, mainFiber, first))
+    yield* SubscriptionRef.set(life.state, LifecycleState.Stopped({ exitCode: code }))
+    return code
+  }).pipe(Logger.withMinimumLogLevel(settings.logLevel))
+
 /**
  * The whole life of a worker process, as an Effect that returns the exit code and never exits
  * the process itself (`Worker.run` and the CLI do). The shutdown after a signal is bounded by
@@ -254,238 +548,11 @@ export const run = <A, I, O, R>(
 ): Effect.Effect<ExitCode, never, Process | R> =>
   Effect.scoped(
     Effect.gen(function* () {
-      const process = yield* Process
-      const context = yield* Effect.context<R>()
-      const signals = yield* process.signals
-      const read = yield* Effect.either(
-        Settings.make(
-          { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-          options.settings,
-        ),
-      )
+      const read = yield* readSettings(worker, options)
       if (Either.isLeft(read)) {
-        yield* process.writeErr(read.left.message)
-        return 2
+        yield* Effect.flatMap(Process, (process) => process.writeErr(read.left))
+        return 2 as ExitCode
       }
-      const settings = read.right
-      if (
-        options.transport === undefined && settings.transport === "amqp" &&
-        Option.isNone(settings.brokerUrl)
-      ) {
-        yield* process.writeErr(
-          "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
-            "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
-        )
-        return 2
-      }
-      return yield* Effect.gen(function* () {
-        const state = yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting())
-        const handlers = watchHandlers(worker, yield* Effect.clock)
-        const workerScope = yield* Scope.make()
-        let running: WorkerModule.RunningWorker | undefined
-        let connection: SubscriptionRef.SubscriptionRef<ConnectionStatus> | undefined
-        let startupDone = false
-
-        yield* RuntimeMetrics.make()
-        // Up from the start to the end of the shutdown: its scope is `run`'s own.
-        const probes = yield* Effect.either(Probes.make({
-          host: settings.healthCheckHost,
-          port: settings.healthCheckPort,
-          health: Effect.sync(() =>
-            Option.map(
-              handlers.overrun(Duration.sum(settings.taskTimeout, settings.taskOverrunGrace)),
-              (call) => ({
-                code: "TASK_OVERRUN",
-                message: `The handler of task ${call.taskId} is still running ${
-                  Duration.format(settings.taskOverrunGrace)
-                } past its deadline`,
-              }),
-            )
-          ),
-          readiness: [
-            {
-              name: "broker",
-              check: Effect.suspend(() =>
-                connection === undefined
-                  ? Effect.fail(new ProbeError({ message: "not connected yet" }))
-                  : Effect.flatMap(SubscriptionRef.get(connection), (status) =>
-                    status === "connected" ? Effect.void : Effect.fail(
-                      new ProbeError({ message: `the broker connection is ${status}` }),
-                    ))
-              ),
-            },
-            {
-              name: "draining",
-              check: Effect.flatMap(SubscriptionRef.get(state), (s) =>
-                s._tag === "Draining" || s._tag === "Stopped"
-                  ? Effect.fail(new ProbeError({ message: "the worker is shutting down" }))
-                  : Effect.void),
-            },
-            ...Object.entries(worker.readiness).map(([name, probe]) => ({
-              name,
-              check: Effect.provide(Hooks.toEffect(probe), context),
-            })),
-          ],
-          probeTimeout: settings.probeTimeout,
-          // Process figures as of the scrape, not of the last periodic sample.
-          metrics: Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition),
-          sdkVersion: VERSION,
-          ...(options.versionFile === undefined ? {} : { versionFile: options.versionFile }),
-        }))
-        if (Either.isLeft(probes)) {
-          yield* process.writeErr(probes.left.message)
-          return 2
-        }
-        yield* Effect.logInfo(
-          `Probes on http://${settings.healthCheckHost}:${probes.right.port} (/health, /ready, /metrics)`,
-        )
-
-        const main: Effect.Effect<ExitCode, never, R | Process> = Effect.gen(function* () {
-          for (const hook of worker.onStartup) {
-            yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) =>
-              new StartupFailed({ cause })
-            ))
-          }
-          startupDone = true
-          const transportContext = yield* Layer.buildWithScope(
-            options.transport ?? layerTransport(settings),
-            workerScope,
-          ).pipe(Effect.provideService(Settings.Settings, settings))
-          const transport = Context.get(transportContext, Transport)
-          connection = transport.status
-          const job = settings.mode === "job"
-          running = yield* WorkerModule.start(handlers.watched).pipe(
-            Scope.extend(workerScope),
-            Effect.provideService(
-              Transport,
-              job
-                ? JobMode.limitIntake(
-                  transport,
-                  settings.jobMaxTasks,
-                  // Done taking: no longer ready, while the last tasks finish.
-                  SubscriptionRef.set(state, LifecycleState.Draining()),
-                )
-                : transport,
-            ),
-            Effect.provideService(Settings.Settings, settings),
-          )
-          yield* SubscriptionRef.set(state, LifecycleState.Running())
-          yield* Effect.logInfo(
-            `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
-          )
-          const ended: Effect.Effect<
-            void,
-            TransportError | IdleHookError | JobMode.BrokerUnreachable
-          > = job
-            ? Effect.raceFirst(
-              Effect.raceFirst(
-                running.await,
-                JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
-                  Effect.tap(() =>
-                    Effect.logInfo(
-                      `Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`,
-                    )
-                  ),
-                ),
-              ),
-              JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
-            )
-            : running.await
-          // `worker.stop()` ends the worker as a signal would.
-          yield* Effect.raceFirst(ended, running.stopRequested)
-          return 0 as const
-        }).pipe(
-          Effect.catchAll((error) => {
-            switch (error._tag) {
-              case "StartupFailed":
-                return Effect.as(
-                  Effect.logError(`A startup hook failed: ${describe(error.cause)}`),
-                  1 as const,
-                )
-              case "BrokerUnreachable":
-              case "IdleHookError":
-                return Effect.as(Effect.logError(error.message), 1 as const)
-              case "TransportError":
-                // The transport has logged it; refused credentials or a conflicting queue are
-                // configuration, which no restart mends.
-                return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
-            }
-          }),
-          // A defect (in the transport, the engine) is a failure of the process, not of `run`:
-          // the shutdown must still drain, run the hooks and close.
-          Effect.catchAllCause((cause) =>
-            Cause.isInterruptedOnly(cause)
-              ? Effect.failCause(cause)
-              : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
-          ),
-        )
-
-        const mainFiber = yield* Effect.fork(main)
-        const first = yield* Effect.raceFirst(
-          Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
-          Queue.take(signals).pipe(
-            Effect.tap((signal) =>
-              Effect.logInfo(`${signal} received: shutting down`)
-            ),
-            Effect.as(Option.none<ExitCode>()),
-          ),
-        )
-
-        const shutdown = Effect.gen(function* () {
-          if (running !== undefined) {
-            yield* SubscriptionRef.set(state, LifecycleState.Draining())
-            yield* running.drain({
-              skipGrace: Queue.take(signals).pipe(
-                Effect.tap((signal) =>
-                  Effect.logWarning(
-                    `${signal} received again: skipping the rest of the grace period`,
-                  )
-                ),
-              ),
-            })
-          }
-          // A signal during startup cancels the connection attempt and the startup hooks.
-          yield* Fiber.interrupt(mainFiber)
-          const hooksClean = startupDone
-            ? yield* runShutdownHooks(worker.onShutdown, settings.shutdownHooksTimeout)
-            : true
-          yield* Scope.close(workerScope, Exit.void)
-          const pending = handlers.pending()
-          if (pending.length > 0) {
-            for (const call of pending) {
-              yield* Effect.logError(
-                `The handler of task ${call.taskId} ignored its AbortSignal and is still running`,
-              ).pipe(Effect.annotateLogs({ task_id: call.taskId }))
-            }
-            yield* Effect.promise(() =>
-              Promise.allSettled(pending.map((call) => call.promise))
-            )
-          }
-          const code: ExitCode = Option.getOrElse(first, () => 0 as const)
-          return hooksClean ? code : (code === 0 ? 1 : code)
-        })
-
-        const bound = shutdownBound(settings.shutdownGrace)
-        // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
-        const code = yield* shutdown.pipe(
-          Effect.disconnect,
-          Effect.timeoutOption(bound),
-          Effect.flatMap(Option.match({
-            onSome: Effect.succeed,
-            onNone: () =>
-              Effect.as(
-                Effect.logError(
-                  `The shutdown did not end within ${Duration.format(bound)}: exiting`,
-                ),
-                1 as const,
-              ),
-          })),
-          Effect.catchAllCause((cause) =>
-            Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
-          ),
-        )
-        yield* SubscriptionRef.set(state, LifecycleState.Stopped({ exitCode: code }))
-        return code
-      }).pipe(Logger.withMinimumLogLevel(settings.logLevel))
+      return yield* live(worker, read.right, options)
     }).pipe(Effect.annotateLogs({ service: worker.name })),
   )

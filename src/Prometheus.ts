@@ -23,14 +23,6 @@
 import type { MetricKey, MetricLabel, MetricPair } from "effect"
 import { Effect, Metric, MetricState, Option } from "effect"
 
-/**
- * The `Content-Type` of {@link exposition}.
- *
- * @since 0.1.0
- * @category constants
- */
-export const contentType = "text/plain; version=0.0.4; charset=utf-8"
-
 type FamilyType = "counter" | "gauge" | "histogram" | "summary"
 
 const typeRank: Record<FamilyType, number> = { counter: 0, gauge: 1, histogram: 2, summary: 3 }

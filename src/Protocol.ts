@@ -8,6 +8,15 @@
 import { Data, Either } from "effect"
 import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/json.ts"
 import { decodeUtf8, encodeUtf8 } from "./internal/utf8.ts"
+import { MessageEncodeError } from "./WorkerError.ts"
+
+/**
+ * An outbound message that the spec does not allow; see {@link WorkerError.MessageEncodeError}.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export { MessageEncodeError }
 
 /**
  * Why a message cannot be correlated with a task.
@@ -181,17 +190,6 @@ export type OutboundMessage =
     readonly code: string
     readonly message: string
   }
-
-/**
- * An outbound message that the spec does not allow (a bad code, a progress out of range, a
- * response that is not a JSON object).
- *
- * @since 0.1.0
- * @category errors
- */
-export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
-  readonly message: string
-}> {}
 
 /**
  * The shape of a failure code.

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Duration, SubscriptionRef } from "effect"
-import { Context, Data, Effect, Option, Stream } from "effect"
+import { Context, Data, type Effect, type Option } from "effect"
 import type { MessageType } from "./Protocol.ts"
 import type { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
 
@@ -105,19 +105,3 @@ export class Transport extends Context.Tag("@async-task/worker/Transport")<Trans
   /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
   readonly readyCount?: Effect.Effect<number, TransportError> | undefined
 }>() {}
-
-/**
- * The transport's deliveries as a stream, ending when intake stops.
- *
- * @since 0.1.0
- * @category combinators
- */
-export const deliveries = (transport: Transport["Type"]): Stream.Stream<Delivery, TransportError> =>
-  Stream.repeatEffectOption(
-    transport.take.pipe(
-      Effect.mapError(Option.some),
-      Effect.flatMap(
-        Option.match({ onNone: () => Effect.fail(Option.none()), onSome: Effect.succeed }),
-      ),
-    ),
-  )

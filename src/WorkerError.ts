@@ -4,7 +4,8 @@
  *
  * @since 0.1.0
  */
-import { Data, type Duration } from "effect"
+import { Data, Duration } from "effect"
+import { errorText } from "./internal/describe.ts"
 
 /**
  * The task cannot succeed: conclude it now with this code and message.
@@ -146,9 +147,45 @@ export class IdleHookError extends Data.TaggedError("IdleHookError")<{
   readonly cause: unknown
 }> {
   override get message(): string {
-    const cause = this.cause
-    return `The onIdle hook failed: ${
-      cause instanceof Error ? `${cause.name}: ${cause.message}` : "a non-Error value"
-    }`
+    return `The onIdle hook failed: ${errorText(this.cause)}`
   }
 }
+
+/**
+ * An invalid concurrency: negative, not an integer, or above 2^31 − 1.
+ *
+ * @since 0.1.0
+ * @category configuration errors
+ */
+export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
+  readonly value: unknown
+}> {
+  override get message(): string {
+    return `A concurrency must be an integer from 0 to ${2 ** 31 - 1}, got ${String(this.value)}`
+  }
+}
+
+/**
+ * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`.
+ *
+ * @since 0.1.0
+ * @category transport errors
+ */
+export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
+  readonly after: Duration.Duration
+}> {
+  override get message(): string {
+    return `The broker stayed unreachable for ${Duration.format(this.after)}: giving up`
+  }
+}
+
+/**
+ * An outbound message that the spec does not allow (a bad code, a progress out of range, a
+ * response that is not a JSON object).
+ *
+ * @since 0.1.0
+ * @category protocol errors
+ */
+export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
+  readonly message: string
+}> {}

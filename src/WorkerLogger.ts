@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { Cause, HashMap, type Layer, Logger, type LogLevel } from "effect"
+import { errorKind } from "./internal/describe.ts"
 
 /**
  * The `logger` of lines that do not name one.
@@ -38,14 +39,7 @@ const text = (u: unknown): string => {
 
 /** What failed, by kind only: an error's text may hold a payload or a secret. */
 const errorTypes = (cause: Cause.Cause<unknown>): Array<string> =>
-  [...Cause.failures(cause), ...Cause.defects(cause)].map((e) => {
-    if (typeof e === "object" && e !== null) {
-      const tag = (e as { _tag?: unknown })._tag
-      if (typeof tag === "string") return tag
-      return e.constructor?.name ?? "Object"
-    }
-    return typeof e
-  })
+  [...Cause.failures(cause), ...Cause.defects(cause)].map(errorKind)
 
 const FIRST = ["task_id", "service", "attempt"] as const
 

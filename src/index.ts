@@ -45,10 +45,15 @@ export * as WorkerLogger from "./WorkerLogger.ts"
 /** @since 0.1.0 */
 export * as WorkerMetrics from "./WorkerMetrics.ts"
 /** @since 0.1.0 */
+export * as WorkerProgram from "./WorkerProgram.ts"
+/** @since 0.1.0 */
 export {
+  BrokerUnreachable,
+  ConcurrencyError,
   FatalError,
   IdleHookError,
   LeaseLost,
+  MessageEncodeError,
   ProbeError,
   ProbeServerError,
   PublishError,

@@ -8,6 +8,7 @@
 import {
   Clock,
   ConfigProvider,
+  Context,
   Duration,
   Effect,
   Exit,
@@ -16,14 +17,14 @@ import {
   Runtime,
   Scope,
 } from "effect"
-import * as DeliveryEngine from "./DeliveryEngine.ts"
+import { DeliveryHandle } from "./internal/delivery/handle.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import { decodeEnvelope, type MessageType, type WireMessage } from "./Protocol.ts"
 import * as Settings from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
-import type { Worker } from "./Worker.ts"
-import { layerServices } from "./Worker.ts"
+import type { Worker } from "./WorkerDefinition.ts"
+import * as WorkerProgram from "./WorkerProgram.ts"
 import type { SettingsError } from "./WorkerError.ts"
 
 /**
@@ -198,15 +199,12 @@ export const make = <A, I, O, R>(
       outQueue: settings.outQueue,
       capacity: 0,
     })
-    const context = yield* Layer.build(layerServices).pipe(
+    // The worker program every runner uses; the harness hands it each delivery itself.
+    const program = yield* Layer.build(WorkerProgram.layer(worker)).pipe(
       Effect.provideService(Settings.Settings, settings),
       Effect.provideService(Transport, transport),
     )
-    const engine = yield* DeliveryEngine.make(worker).pipe(
-      Effect.provide(context),
-      Effect.provideService(Settings.Settings, settings),
-      Effect.provideService(Transport, transport),
-    )
+    const engine = Context.get(program, DeliveryHandle)
     const onClock = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
       options.clock === "ambient" ? effect : Effect.withClock(effect, Clock.make())
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
+  Context,
   Deferred,
   type Duration,
   Effect,
@@ -15,9 +16,9 @@ import {
 } from "effect"
 import * as Concurrency from "../src/Concurrency.ts"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
-import * as LeaseRenewal from "../src/LeaseRenewal.ts"
+import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
+import * as WorkerProgram from "../src/WorkerProgram.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import * as Settings from "../src/Settings.ts"
 import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
@@ -366,17 +367,16 @@ describe("Concurrency", () => {
           outQueue: settings.outQueue,
           capacity: 0,
         })
-        const services = yield* Layer.build(
-          Layer.merge(ProgressThrottle.layer, LeaseRenewal.layer),
-        ).pipe(
+        // The worker program every runner uses, built in the test's scope; the test hands it each
+        // delivery itself.
+        const program = yield* Layer.build(WorkerProgram.layer(worker)).pipe(
           Effect.provideService(Settings.Settings, settings),
           Effect.provideService(Transport, transport),
         )
-        const engine = yield* DeliveryEngine.make(worker).pipe(
-          Effect.provide(services),
-          Effect.provideService(Settings.Settings, settings),
-          Effect.provideService(Transport, transport),
-        )
+        const engine = {
+          ...Context.get(program, DeliveryEngine.DeliveryEngine),
+          ...Context.get(program, DeliveryHandle),
+        }
         const handle = (taskId: string) =>
           Effect.gen(function* () {
             yield* broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie)

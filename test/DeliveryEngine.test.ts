@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
   Clock,
+  Context,
   Deferred,
   Duration,
   Effect,
@@ -16,10 +17,10 @@ import {
   TestClock,
 } from "effect"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
-import * as LeaseRenewal from "../src/LeaseRenewal.ts"
+import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
+import * as WorkerProgram from "../src/WorkerProgram.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { MessageType, WireMessage } from "../src/Protocol.ts"
-import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import * as Settings from "../src/Settings.ts"
 import type { TaskContext } from "../src/TaskContext.ts"
 import * as WorkerHarness from "../src/testing.ts"
@@ -171,17 +172,16 @@ const makeEngine = <A, I, O>(
       capacity: 0,
     })
     const transport = options.wrap === undefined ? inner : options.wrap(inner)
-    // Built in the test's scope: the renewal's timer fiber lives as long as the engine.
-    const services = yield* Layer.build(Layer.merge(ProgressThrottle.layer, LeaseRenewal.layer))
-      .pipe(
-        Effect.provideService(Settings.Settings, settings),
-        Effect.provideService(Transport, transport),
-      )
-    const engine = yield* DeliveryEngine.make(worker).pipe(
-      Effect.provide(services),
+    // The worker program every runner uses, built in the test's scope; the test hands it each
+    // delivery itself.
+    const program = yield* Layer.build(WorkerProgram.layer(worker)).pipe(
       Effect.provideService(Settings.Settings, settings),
       Effect.provideService(Transport, transport),
     )
+    const engine = {
+      ...Context.get(program, DeliveryEngine.DeliveryEngine),
+      ...Context.get(program, DeliveryHandle),
+    }
     /** Publishes a task on the input queue and takes it back as a delivery, as basic.get does. */
     const take = (
       taskId: string,

@@ -1,0 +1,305 @@
+/**
+ * A worker's definition: a named handler with its input and output schemas and time limit, its
+ * concurrency, hooks and readiness probes, checked as it is made. A leaf: nothing here runs a
+ * worker (`WorkerProgram` does, and `Lifecycle` as a process); the `Worker` module gathers both.
+ *
+ * @since 0.1.0
+ */
+import { Cause, Duration, Effect, Exit, Option, Schema } from "effect"
+import * as Concurrency from "./Concurrency.ts"
+import type { Drain } from "./Drain.ts"
+import * as Hooks from "./internal/hooks.ts"
+import type { TaskContext } from "./TaskContext.ts"
+import type { IdleHookError, TransportError } from "./WorkerError.ts"
+import { WorkerDefinitionError } from "./WorkerError.ts"
+
+/**
+ * A handler: an Effect (failing with `FatalError` or `RetryableError`, and requiring `R`), or
+ * an `async` function (throwing them). Anything else it fails or throws with is an
+ * `INTERNAL_ERROR`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Handler<A, O, R> = (
+  input: A,
+  ctx: TaskContext,
+) => Effect.Effect<O, unknown, R> | PromiseLike<O>
+
+/**
+ * What a worker author writes.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerDefinition<A, I, O, R> {
+  /** The service's name: the queues default to `<name>_queue_in` and `<name>_queue_out`. */
+  readonly name: string
+  /** Decodes `data.body`; a body it rejects is concluded `INVALID_INPUT`. */
+  readonly input: Schema.Schema<A, I>
+  /** Encodes the handler's result into `success.response`, which must be a JSON object. */
+  readonly output: Schema.Schema<O, any>
+  /** The handler's time limit (`WORKER_TASK_TIMEOUT_S` overrides it). */
+  readonly timeout: Duration.DurationInput
+  /**
+   * Tasks run at once: a number (`WORKER_CONCURRENCY` overrides it), `Concurrency.adaptive(…)`
+   * or a `Concurrency.pool(…)` shared with other workers.
+   */
+  readonly concurrency?: Concurrency.Policy | undefined
+  /** The slots of a pool one task takes (default 1). */
+  readonly weight?: number | undefined
+  /**
+   * Called once when, after the worker started consuming, no delivery is in hand and the input
+   * queue has had no ready message for a second (polled every 250 ms); never while a task runs
+   * or during shutdown. A failure ends the worker with that failure.
+   */
+  readonly onIdle?: Hook<R> | undefined
+  readonly handler: Handler<A, O, R>
+  /** Run in order before the worker consumes; a failure stops the process with exit 1. */
+  readonly onStartup?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
+  /**
+   * Run in order after the drain, before the broker connection closes; together they get
+   * `WORKER_SHUTDOWN_HOOKS_TIMEOUT_S`, each what the ones before it left.
+   */
+  readonly onShutdown?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
+  /**
+   * Named readiness probes: the worker is ready only while each succeeds within
+   * `WORKER_PROBE_TIMEOUT_S`. `broker` and `draining` are reserved names.
+   */
+  readonly readiness?: Readonly<Record<string, Hook<R>>> | undefined
+}
+
+/**
+ * A startup or shutdown hook, or a readiness probe: an Effect (which may require the handler's
+ * services), or a function, possibly `async`, given an `AbortSignal` that fires when its time
+ * is up.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Hook<R> = Hooks.Hook<R>
+
+/**
+ * A validated worker definition.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Worker<A, I, O, R> {
+  readonly _tag: "Worker"
+  readonly name: string
+  readonly input: Schema.Schema<A, I>
+  readonly output: Schema.Schema<O, any>
+  readonly timeout: Duration.Duration
+  /** The initial number of tasks run at once, when the definition gives one. */
+  readonly concurrency: number | undefined
+  readonly policy: Concurrency.Policy | undefined
+  readonly weight: number
+  readonly onIdle: Hook<R> | undefined
+  readonly handler: Handler<A, O, R>
+  /**
+   * Sets the concurrency of every running instance of this worker (see
+   * {@link RunningWorker.setConcurrency}); rejects with a `ConcurrencyError` on an invalid value.
+   */
+  readonly setConcurrency: (n: number) => Promise<void>
+  /** Stops every running instance of this worker as a signal would: a drain within the grace. */
+  readonly stop: () => Promise<void>
+  /** The running instances, for the two methods above. */
+  readonly instances: Set<RunningWorker>
+  readonly onStartup: ReadonlyArray<Hook<R>>
+  readonly onShutdown: ReadonlyArray<Hook<R>>
+  readonly readiness: Readonly<Record<string, Hook<R>>>
+}
+
+/**
+ * Any worker, whatever its types.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Any = Worker<any, any, any, any>
+
+/**
+ * The services a worker's handler requires.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Requirements<W> = W extends Worker<any, any, any, infer R> ? R : never
+
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/
+
+const PROBE_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
+
+/**
+ * Readiness components the SDK reports itself.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const RESERVED_PROBE_NAMES: ReadonlyArray<string> = ["broker", "draining"]
+
+const hookList = <R>(
+  hooks: Hook<R> | ReadonlyArray<Hook<R>> | undefined,
+): ReadonlyArray<Hook<R>> | undefined => {
+  const list = hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks as Hook<R>]
+  return list.every(Hooks.isHook) ? list : undefined
+}
+
+/**
+ * Checks a definition, returning the worker or why it cannot run.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const validate = <A, I, O, R>(
+  definition: WorkerDefinition<A, I, O, R>,
+): Effect.Effect<Worker<A, I, O, R>, WorkerDefinitionError> =>
+  Effect.suspend(() => {
+    const d = definition as Partial<WorkerDefinition<A, I, O, R>> | null | undefined
+    const problem = (message: string) => Effect.fail(new WorkerDefinitionError({ message }))
+    if (typeof d !== "object" || d === null) {
+      return problem("The worker definition must be an object.")
+    }
+    if (typeof d.name !== "string" || !NAME_PATTERN.test(d.name)) {
+      return problem(
+        "The worker needs a name of letters, digits, '.', '_' or '-' (at most 200 characters), such as \"count-words\".",
+      )
+    }
+    if (!Schema.isSchema(d.input)) return problem(`The worker "${d.name}" needs an input Schema.`)
+    if (!Schema.isSchema(d.output)) return problem(`The worker "${d.name}" needs an output Schema.`)
+    if (typeof d.handler !== "function") {
+      return problem(`The worker "${d.name}" needs a handler function.`)
+    }
+    const timeout = Duration.decodeUnknown(d.timeout)
+    if (
+      Option.isNone(timeout) || !Duration.isFinite(timeout.value) ||
+      Duration.toMillis(timeout.value) <= 0
+    ) {
+      return problem(
+        `The worker "${d.name}" needs a finite, positive timeout, such as "30 seconds".`,
+      )
+    }
+    const policy = d.concurrency
+    if (
+      typeof policy !== "object" && policy !== undefined &&
+      (!Number.isInteger(policy) || policy < 1 || policy > 2 ** 31 - 1)
+    ) {
+      return problem(`The worker "${d.name}" has a concurrency that is not a positive integer.`)
+    }
+    const weight = d.weight ?? 1
+    if (
+      !Number.isInteger(weight) || weight < 1 ||
+      (typeof policy === "object" && policy._tag === "Pool" && weight > policy.capacity)
+    ) {
+      return problem(
+        `The worker "${d.name}" has a weight that is not a positive integer within its pool's capacity.`,
+      )
+    }
+    if (d.onIdle !== undefined && !Hooks.isHook(d.onIdle)) {
+      return problem(`The worker "${d.name}" has an onIdle that is not an Effect or a function.`)
+    }
+    const onStartup = hookList(d.onStartup)
+    const onShutdown = hookList(d.onShutdown)
+    for (const [key, hooks] of [["onStartup", onStartup], ["onShutdown", onShutdown]] as const) {
+      if (hooks === undefined) {
+        return problem(
+          `The worker "${d.name}" has an ${key} that is not an Effect, a function or a list of them.`,
+        )
+      }
+    }
+    const readiness = d.readiness ?? {}
+    for (const [name, probe] of Object.entries(readiness)) {
+      if (!PROBE_NAME_PATTERN.test(name) || RESERVED_PROBE_NAMES.includes(name)) {
+        return problem(
+          `The worker "${d.name}" has a readiness probe named "${name}": use letters, digits, ` +
+            "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
+        )
+      }
+      if (!Hooks.isHook(probe)) {
+        return problem(
+          `The worker "${d.name}" has a readiness probe "${name}" that is not an Effect or a function.`,
+        )
+      }
+    }
+    const instances = new Set<RunningWorker>()
+    return Effect.succeed({
+      _tag: "Worker" as const,
+      instances,
+      // Rejects with the ConcurrencyError itself (not a FiberFailure), running instances or not.
+      setConcurrency: (n: number) =>
+        Effect.runPromiseExit(
+          Effect.zipRight(
+            Concurrency.validate(n),
+            Effect.forEach(instances, (running) => running.setConcurrency(n), { discard: true }),
+          ),
+        ).then((exit) =>
+          Exit.isSuccess(exit) ? undefined : Promise.reject(Cause.squash(exit.cause))
+        ),
+      stop: () =>
+        Effect.runPromise(Effect.forEach(instances, (running) => running.stop, { discard: true })),
+      name: d.name,
+      input: d.input,
+      output: d.output,
+      timeout: timeout.value,
+      concurrency: typeof policy === "number"
+        ? policy
+        : policy?._tag === "Adaptive"
+        ? policy.initial
+        : policy?._tag === "Pool"
+        ? Math.floor(policy.capacity / weight)
+        : undefined,
+      policy: typeof policy === "object" ? policy : undefined,
+      weight,
+      onIdle: d.onIdle,
+      handler: d.handler,
+      onStartup: onStartup ?? [],
+      onShutdown: onShutdown ?? [],
+      readiness,
+    })
+  })
+
+/**
+ * Defines a worker. Throws {@link WorkerDefinitionError} (one clear sentence) when the
+ * definition cannot run, so that a bad module fails as it loads.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = <A, I, O, R = never>(
+  definition: WorkerDefinition<A, I, O, R>,
+): Worker<A, I, O, R> =>
+  Effect.runSync(Effect.either(validate(definition))).pipe((result) => {
+    if (result._tag === "Left") throw result.left
+    return result.right
+  })
+
+/**
+ * A running worker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunningWorker {
+  /** Stops intake and drains within the grace period; see {@link Drain}. */
+  readonly drain: Drain["Type"]["drain"]
+  /** Deliveries in hand. */
+  readonly inFlight: Effect.Effect<number>
+  /**
+   * Completes when intake has stopped and every delivery is settled; fails if the transport
+   * does, or the `onIdle` hook.
+   */
+  readonly await: Effect.Effect<void, TransportError | IdleHookError>
+  /**
+   * Changes the number of tasks run at once without cancelling any: growing grants capacity at
+   * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
+   * RabbitMQ this is the prefetch too.
+   */
+  readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
+  /** The number of tasks run at once now. */
+  readonly concurrency: Effect.Effect<number>
+  /** Asks the worker to stop: whoever runs it drains it (`Worker.run` exits 0). */
+  readonly stop: Effect.Effect<void>
+  /** Completes when {@link RunningWorker.stop} has been called. */
+  readonly stopRequested: Effect.Effect<void>
+}

@@ -1,0 +1,198 @@
+/**
+ * The worker program: each concern's layer — the delivery engine, the progress throttle, the
+ * lease renewal and the drain, over a transport and settings — composed in one place, and the
+ * running worker made of it. `Worker.serve`, `Worker.layer`, `Worker.run` (through `Lifecycle`)
+ * and the test harness all use this one composition; a test replaces a concern's layer through
+ * {@link Concerns}.
+ *
+ * @since 0.1.0
+ */
+import type { Scope } from "effect"
+import {
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  Schedule,
+  SubscriptionRef,
+} from "effect"
+import * as DeliveryEngine from "./DeliveryEngine.ts"
+import * as Drain from "./Drain.ts"
+import type { DeliveryHandle } from "./internal/delivery/handle.ts"
+import * as Hooks from "./internal/hooks.ts"
+import * as LeaseRenewal from "./LeaseRenewal.ts"
+import * as ProgressThrottle from "./ProgressThrottle.ts"
+import type { Settings } from "./Settings.ts"
+import { Transport } from "./Transport.ts"
+import type { Hook, RunningWorker, Worker } from "./WorkerDefinition.ts"
+import { IdleHookError, type TransportError } from "./WorkerError.ts"
+
+/**
+ * The concerns a program may be given other layers of (a test's throttle, say); by default the
+ * SDK's own.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Concerns {
+  readonly throttle?:
+    | Layer.Layer<ProgressThrottle.ProgressThrottle, never, Settings | Transport>
+    | undefined
+  readonly renewal?: Layer.Layer<LeaseRenewal.LeaseRenewal> | undefined
+}
+
+/**
+ * The program of `worker`: its engine and drain, over the transport and settings in context.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  concerns: Concerns = {},
+): Layer.Layer<
+  DeliveryEngine.DeliveryEngine | DeliveryHandle | Drain.Drain,
+  never,
+  Settings | Transport | R
+> =>
+  Drain.layer.pipe(
+    Layer.provideMerge(DeliveryEngine.layer(worker)),
+    Layer.provide(
+      Layer.merge(
+        concerns.throttle ?? ProgressThrottle.layer,
+        concerns.renewal ?? LeaseRenewal.layer,
+      ),
+    ),
+  )
+
+/** The quiet the `onIdle` hook waits for, and how often it looks. */
+const IDLE_QUIET = Duration.seconds(1)
+const IDLE_POLL = Duration.millis(250)
+
+/**
+ * Runs `hook` once, when no delivery has been in hand and the input queue has had no ready
+ * message for {@link IDLE_QUIET} without a break, outside a drain. `taken` counts the deliveries
+ * taken so far: one that came and went between two polls breaks the quiet too.
+ */
+const watchIdle = <R>(
+  hook: Hook<R>,
+  inFlight: Effect.Effect<number>,
+  transport: Transport["Type"],
+  draining: () => boolean,
+  taken: () => number,
+): Effect.Effect<void, IdleHookError, R> =>
+  Effect.gen(function* () {
+    let quietSince: number | undefined
+    let seen = taken()
+    const quietLongEnough = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const ready = transport.readyCount === undefined
+        ? 0
+        : yield* Effect.orElseSucceed(transport.readyCount, () => -1)
+      const touched = seen !== taken()
+      seen = taken()
+      const quiet = !draining() && (yield* inFlight) === 0 && ready === 0 &&
+        (yield* SubscriptionRef.get(transport.status)) === "connected"
+      // A delivery taken since the last poll, and settled: the quiet begins now at the latest.
+      if (!quiet) quietSince = undefined
+      else if (touched) quietSince = now
+      else quietSince ??= now
+      return quietSince !== undefined && now - quietSince >= Duration.toMillis(IDLE_QUIET)
+    })
+    yield* quietLongEnough.pipe(
+      Effect.repeat({ schedule: Schedule.spaced(IDLE_POLL), until: (quiet) => quiet }),
+    )
+    if (draining()) return
+    yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new IdleHookError({ cause })))
+  })
+
+/**
+ * Starts consuming in the current scope and returns the running worker. Closing the scope
+ * interrupts whatever is in hand (each such task is requeued); call `drain` first for a
+ * graceful stop, as {@link serve} does.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const start = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  concerns?: Concerns,
+): Effect.Effect<RunningWorker, never, Scope.Scope | Settings | Transport | R> =>
+  Effect.gen(function* () {
+    const transport = yield* Transport
+    // With an onIdle hook, the deliveries taken are counted for it.
+    let taken = 0
+    const program = yield* Layer.build(layer(worker, concerns)).pipe(
+      Effect.provideService(
+        Transport,
+        worker.onIdle === undefined
+          ? transport
+          : { ...transport, take: Effect.tap(transport.take, () => void taken++) },
+      ),
+    )
+    const engine = Context.get(program, DeliveryEngine.DeliveryEngine)
+    const drain = Context.get(program, Drain.Drain)
+    const consuming = yield* Effect.forkScoped(
+      engine.consume.pipe(
+        Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause)),
+      ),
+    )
+    let draining = false
+    const idle = worker.onIdle === undefined ? Effect.never : yield* Effect.forkScoped(
+      watchIdle(worker.onIdle, engine.inFlight, transport, () => draining, () => taken),
+    ).pipe(Effect.map(Fiber.join))
+    const stopped = yield* Deferred.make<void>()
+    const running: RunningWorker = {
+      drain: (options) =>
+        Effect.suspend(() => {
+          draining = true
+          return drain.drain(options)
+        }),
+      inFlight: engine.inFlight,
+      await: Effect.raceFirst(
+        Fiber.join(consuming).pipe(Effect.zipRight(engine.awaitIdle)),
+        Effect.zipRight(idle, Effect.never),
+      ),
+      setConcurrency: engine.setConcurrency,
+      concurrency: engine.concurrency,
+      stop: Deferred.succeed(stopped, undefined).pipe(Effect.asVoid),
+      stopRequested: Deferred.await(stopped),
+    }
+    worker.instances.add(running)
+    yield* Effect.addFinalizer(() => Effect.sync(() => worker.instances.delete(running)))
+    return running
+  }).pipe(Effect.annotateLogs({ service: worker.name }))
+
+/**
+ * Runs the worker until interrupted, then drains it within the grace period. Never exits the
+ * process: it is an Effect to run or compose.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const serve = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+): Effect.Effect<void, TransportError | IdleHookError, Settings | Transport | R> =>
+  Effect.scoped(Effect.gen(function* () {
+    const running = yield* start(worker)
+    yield* Effect.addFinalizer(() => running.drain())
+    return yield* Effect.raceFirst(running.await, running.stopRequested)
+  }))
+
+/**
+ * The worker as a scoped layer inside a larger app: it consumes while the layer is alive and
+ * drains when it is released.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerRunning = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+): Layer.Layer<never, never, Settings | Transport | R> =>
+  Layer.scopedDiscard(Effect.gen(function* () {
+    const running = yield* start(worker)
+    yield* Effect.addFinalizer(() => running.drain())
+  }))

@@ -1,0 +1,83 @@
+/**
+ * What every step of a delivery works with: the worker, its services, and the engine's shared
+ * state. Made once per engine (`DeliveryEngine.make`); the steps are plain functions of it,
+ * delegated to (`yield*`) inside one `Effect.gen` per delivery, since a combinator per step, or
+ * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
+ */
+import type { Clock, Context, Effect, Either, Fiber, HashMap, ParseResult, Runtime } from "effect"
+import type { YieldWrap } from "effect/Utils"
+import type { Limiter } from "../../Concurrency.ts"
+import type { LeaseRenewal } from "../../LeaseRenewal.ts"
+import type { ProgressThrottle } from "../../ProgressThrottle.ts"
+import type { WorkerSettings } from "../../Settings.ts"
+import type { TaskInfo, TaskLogger } from "../../TaskContext.ts"
+import type { Transport } from "../../Transport.ts"
+import type { Worker } from "../../WorkerDefinition.ts"
+import type { OutputGate } from "../outputGate.ts"
+import type { Timers } from "../timers.ts"
+
+/** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
+export type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
+
+/** A restore of `Effect.uninterruptibleMask`: what it runs may be interrupted. */
+export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
+
+/**
+ * The fiber a delivery runs on (a pool fiber, or one of `handle`'s), and whether the engine
+ * itself interrupted it to stop the handler (a time limit, a lost lease): such a fiber stays
+ * interrupted, so it waits no more interruptibly, and the pool replaces it.
+ */
+export interface DeliveryFiber {
+  readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
+  stopped: boolean
+}
+
+/** The engine closing: deliveries that wait without being interruptible are woken by it. */
+export class Closing {
+  closed = false
+  private readonly waiters = new Set<() => void>()
+
+  /** Calls `wake` when the engine closes (at once if it has); returns how to stop listening. */
+  onClose(wake: () => void): () => void {
+    if (this.closed) {
+      wake()
+      return () => {}
+    }
+    this.waiters.add(wake)
+    return () => void this.waiters.delete(wake)
+  }
+
+  close(): void {
+    this.closed = true
+    const waiters = [...this.waiters]
+    this.waiters.clear()
+    for (const wake of waiters) wake()
+  }
+}
+
+/** The engine of one worker, as its steps see it. */
+export interface EngineContext<A, O, R> {
+  readonly worker: Worker<A, any, O, R>
+  readonly settings: WorkerSettings
+  readonly transport: Transport["Type"]
+  readonly throttle: ProgressThrottle["Type"]
+  readonly renewal: LeaseRenewal["Type"]
+  readonly timers: Timers
+  readonly clock: Clock.Clock
+  readonly runtime: Runtime.Runtime<never>
+  readonly limiter: Limiter
+  readonly gate: OutputGate
+  readonly closing: Closing
+  /** The handler's services, without the engine's Scope (a task gets its own). */
+  readonly handlerContext: Context.Context<R>
+  readonly decodeInput: (u: unknown) => Either.Either<A, ParseResult.ParseError>
+  readonly encodeOutput: (u: unknown) => Either.Either<unknown, ParseResult.ParseError>
+  readonly loggerFor: (info: TaskInfo) => TaskLogger
+  /** The log annotations of every delivery of the worker (`service`). */
+  readonly baseAnnotations: HashMap.HashMap<string, unknown>
+  readonly timeoutMillis: number
+  /** How long a delivery may be held, from when it is taken: the lease less its margins. */
+  readonly holdMillis: number
+  /** Deliveries in hand, and whether the classic-queue warning was given. */
+  readonly state: { inFlight: number; warnedClassic: boolean }
+}

@@ -1,0 +1,236 @@
+/**
+ * One delivery's whole life, as the spec numbers it: open it (decode, attempt, delivery limit,
+ * input: `plan.ts`), take a slot, publish `started` and run the handler (`handler.ts`), plan
+ * what the result comes to, settle (`settle.ts`), and log its one decision line.
+ */
+import { Cause, Context, Effect, FiberRef, HashMap, Scope } from "effect"
+import * as Decision from "../../Decision.ts"
+import type { Envelope } from "../../Protocol.ts"
+import type { Delivery } from "../../Transport.ts"
+import * as WorkerMetrics from "../../WorkerMetrics.ts"
+import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
+import { withTaskRefs } from "./fiberRefs.ts"
+import { runHandler, type SlotHold } from "./handler.ts"
+import {
+  afterHandler,
+  countWarning,
+  handlerEnd,
+  open,
+  type Plan,
+  requeue,
+  type Task,
+  type TaskRef,
+} from "./plan.ts"
+import { backoff, publishStarted, requeueDelivery, settle } from "./settle.ts"
+
+const logBroken = (cause: Cause.Cause<unknown>) =>
+  Effect.logError("The delivery engine failed; the message is requeued", cause)
+
+/** Interrupted while it waited (a shutdown), or broken: requeued either way. */
+const shutdownOrBroken = (task: TaskRef | undefined, cause: Cause.Cause<unknown>) =>
+  Cause.isInterruptedOnly(cause)
+    ? Effect.succeed(requeue(task, "shutdown_requeued"))
+    : Effect.as(logBroken(cause), requeue(task, "engine_error"))
+
+/** The warnings a delivery's header calls for: a classic queue (once), a count that is not one. */
+const warnRedeliveries = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+): Effect.Effect<void> => {
+  const redeliveries = delivery.redeliveries
+  if (redeliveries._tag === "Counted") {
+    const warning = countWarning(redeliveries)
+    return warning === undefined ? Effect.void : Effect.logWarning(warning)
+  }
+  if (ctx.state.warnedClassic) return Effect.void
+  ctx.state.warnedClassic = true
+  return Effect.logWarning(
+    "The input queue reports only a redelivered flag (a classic queue): a retried task gets one retry. Use a quorum queue for the full delivery limit.",
+  )
+}
+
+/** Gives the slot back, with how the handler ended, and runs the change of target it calls for. */
+function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, hold: SlotHold): Steps<void> {
+  if (hold.ticket === undefined) return
+  const adjust = ctx.limiter.release(hold.ticket, hold.end ?? "other")
+  hold.ticket = undefined
+  if (adjust !== undefined) yield* Effect.exit(adjust)
+}
+
+/** Waits for a runaway `async` handler to end, unless the engine closes first. */
+const awaitRunaway = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  promise: Promise<unknown>,
+): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    let pending = true
+    let stop = () => {}
+    const finish = () => {
+      if (!pending) return
+      pending = false
+      stop()
+      resume(Effect.void)
+    }
+    stop = ctx.closing.onClose(finish)
+    promise.then(finish, finish)
+  })
+
+/** Steps 4 to 6 of a task that may run: a slot, `started`, the handler, what its result comes to. */
+function* runTask<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+  task: Task,
+  envelope: Envelope,
+  input: A,
+  df: DeliveryFiber,
+  restore: Restore,
+  hold: SlotHold,
+  taskScope: Scope.CloseableScope,
+  takenAt: number,
+): Steps<Plan> {
+  // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
+  hold.ticket = ctx.limiter.tryAcquire()
+  while (hold.ticket === undefined) {
+    const waited = yield* Effect.exit(restore(ctx.limiter.awaitSlot))
+    if (waited._tag === "Failure") return yield* shutdownOrBroken(task, waited.cause)
+    hold.ticket = ctx.limiter.tryAcquire()
+  }
+  const started = yield* publishStarted(ctx, delivery, task, df, restore, takenAt)
+  if (started !== undefined) return started
+  const startedAt = ctx.clock.unsafeCurrentTimeMillis()
+  const result = yield* runHandler(
+    ctx,
+    task,
+    envelope,
+    input,
+    delivery.lease,
+    df,
+    restore,
+    hold,
+    taskScope,
+  )
+  hold.end = handlerEnd(result)
+  // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
+  // handler still runs.
+  if (hold.runaway === undefined) yield* releaseSlot(ctx, hold)
+  const next = afterHandler(result, task, ctx.settings, ctx.encodeOutput)
+  let plan = next.plan
+  if (next._tag === "Backoff") {
+    const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
+    const slept = yield* Effect.exit(restore(Effect.sleep(delay)))
+    if (slept._tag === "Failure") plan = requeue(task, "shutdown_requeued")
+  } else if (next.note !== undefined) {
+    const note = next.note
+    const line = note.level === "warning"
+      ? Effect.logWarning(note.message)
+      : Effect.logError(note.message)
+    yield* note.error === undefined ? line : Effect.annotateLogs(line, { error: note.error })
+  }
+  WorkerMetrics.taskDuration.unsafeUpdate(
+    (ctx.clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
+    [],
+  )
+  return plan
+}
+
+/**
+ * Opens the delivery, sets the delivery's annotations and, for a task, the handler's context on
+ * the fiber, and runs the task: everything up to the plan.
+ */
+function* planDelivery<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+  df: DeliveryFiber,
+  restore: Restore,
+  hold: SlotHold,
+  takenAt: number,
+  known: { task: TaskRef | undefined },
+): Steps<Plan> {
+  let opening: ReturnType<typeof open<A>> | undefined
+  let broken: Cause.Cause<never> | undefined
+  try {
+    opening = open(delivery.body, delivery.redeliveries, ctx.settings, ctx.decodeInput)
+    known.task = opening.task
+  } catch (defect) {
+    broken = Cause.die(defect)
+  }
+  const task = known.task
+  const annotations = HashMap.mutate(ctx.baseAnnotations, (annotations) => {
+    if (task !== undefined) HashMap.set(annotations, "task_id", task.taskId)
+    if (task?.attempt !== undefined) HashMap.set(annotations, "attempt", task.attempt)
+  })
+  if (opening?._tag !== "Start") {
+    yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+    if (task?.attempt !== undefined) yield* warnRedeliveries(ctx, delivery)
+    if (opening === undefined) return yield* shutdownOrBroken(task, broken!)
+    if (opening.plan.decision.outcome === "poison") {
+      WorkerMetrics.count(WorkerMetrics.poisonMessages(opening.plan.decision.reason!))
+    }
+    return opening.plan
+  }
+  // Set, not scoped, on the delivery's fiber: its annotations are this delivery's, and its
+  // context the handler's services `R` and the task's scope, until the next delivery. Set
+  // together, as each set copies every FiberRef of the fiber.
+  const taskScope = yield* Scope.make()
+  const context = Context.add(ctx.handlerContext, Scope.Scope, taskScope)
+  yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
+  yield* warnRedeliveries(ctx, delivery)
+  return yield* runTask(
+    ctx,
+    delivery,
+    opening.task,
+    opening.envelope,
+    opening.input,
+    df,
+    restore,
+    hold,
+    taskScope,
+    takenAt,
+  )
+}
+
+/**
+ * One delivery's whole life on the current fiber, which must be uninterruptible: only waiting is
+ * interruptible (by shutdown, or by the engine stopping the handler), through `restore`;
+ * settling never is. A defect of the engine's own code settles the delivery too (`engine_error`,
+ * requeued after a backoff): it never ends the fiber. `decided` hears the decision as it is
+ * made; the fiber may still hold the slot for a runaway handler afterwards.
+ */
+export function* deliver<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+  df: DeliveryFiber,
+  restore: Restore,
+  decided?: (decision: Decision.Decision) => void,
+): Steps<Decision.Decision> {
+  WorkerMetrics.tasksInFlight.unsafeUpdate(++ctx.state.inFlight, [])
+  const takenAt = ctx.clock.unsafeCurrentTimeMillis()
+  const hold: SlotHold = {}
+  const known: { task: TaskRef | undefined } = { task: undefined }
+  let decision: Decision.Decision
+  try {
+    let plan: Plan
+    try {
+      plan = yield* planDelivery(ctx, delivery, df, restore, hold, takenAt, known)
+    } catch (defect) {
+      plan = yield* shutdownOrBroken(known.task, Cause.die(defect))
+    }
+    decision = yield* settle(ctx, delivery, plan, known.task, df, restore, takenAt)
+  } catch (defect) {
+    // The settlement itself broke: the message goes back to the queue as it is.
+    yield* logBroken(Cause.die(defect))
+    decision = yield* requeueDelivery(delivery, requeue(known.task, "engine_error").decision)
+  }
+  const runaway = hold.runaway
+  if (runaway !== undefined) {
+    // Settled, and said so; the slot and the in-flight count wait for the handler to end.
+    decided?.(decision)
+    Decision.unsafeLog(df.fiber, decision)
+    yield* awaitRunaway(ctx, runaway)
+  }
+  yield* releaseSlot(ctx, hold)
+  if (runaway === undefined) decided?.(decision)
+  WorkerMetrics.tasksInFlight.unsafeUpdate(--ctx.state.inFlight, [])
+  if (runaway === undefined) Decision.unsafeLog(df.fiber, decision)
+  return decision
+}

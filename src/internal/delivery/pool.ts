@@ -1,0 +1,105 @@
+/**
+ * The engine's fibers: a pool of long-lived fibers, each taking deliveries from the transport
+ * and carrying each one's whole life (`deliver.ts`) until intake stops. The pool grows as
+ * deliveries come, up to the limiter's target, rather than one fiber per slot of a target that
+ * may be 2^31 − 1; a fiber whose handler the engine stopped is replaced, and one above a lowered
+ * target retires once its delivery is settled.
+ */
+import type { Scope } from "effect"
+import { Cause, Effect, FiberSet, Option } from "effect"
+import type { TransportError } from "../../WorkerError.ts"
+import type { DeliveryFiber, EngineContext } from "./context.ts"
+import { deliver } from "./deliver.ts"
+
+/** A running pool. */
+export interface Pool {
+  /** Starts the first fiber, and completes when every fiber has ended (intake stopped). */
+  readonly consume: Effect.Effect<void, TransportError>
+  /** Completes when no pool fiber is left. */
+  readonly awaitEmpty: Effect.Effect<void>
+  /** Interrupts every fiber: each requeues what it holds. */
+  readonly interruptAll: Effect.Effect<void>
+  /** One more fiber if none waits for a delivery and the pool is below the target. */
+  readonly grow: Effect.Effect<void>
+}
+
+/** Makes the pool of the engine `ctx`, its fibers living in the current scope. */
+export const make = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+): Effect.Effect<Pool, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const fibers = yield* FiberSet.make<void, TransportError>()
+    const forkPool = yield* FiberSet.runtime(fibers)<never>()
+    let failure: Cause.Cause<TransportError> | undefined
+    let size = 0
+    /** Pool fibers waiting for a delivery. */
+    let idle = 0
+
+    const mayGrow = () =>
+      !ctx.closing.closed && idle === 0 && size < Math.max(1, ctx.limiter.target())
+
+    /**
+     * A pool fiber: uninterruptible but while it waits for a delivery (and where `deliver`
+     * restores). Forked on the engine's runtime, interruptible, whoever spawns it: a pool fiber
+     * growing the pool from its uninterruptible task, or `worker.setConcurrency` from a Promise.
+     */
+    const spawn: Effect.Effect<void> = Effect.suspend(() => {
+      const loop = Effect.uninterruptibleMask((restore) =>
+        Effect.withFiberRuntime<void, TransportError>((fiber) => {
+          const df: DeliveryFiber = { fiber, stopped: false }
+          let waiting = false
+          return Effect.gen(function* () {
+            for (;;) {
+              waiting = true
+              idle++
+              const next = yield* restore(ctx.transport.take)
+              waiting = false
+              idle--
+              if (Option.isNone(next)) return
+              // One fiber always waits for the next delivery.
+              if (mayGrow()) yield* spawn
+              yield* deliver(ctx, next.value, df, restore)
+              // Stopped (its handler interrupted), this fiber cannot wait any more: replaced.
+              if (df.stopped) return
+              if (size > Math.max(1, ctx.limiter.target())) return
+            }
+          }).pipe(
+            Effect.ensuring(Effect.sync(() => {
+              size--
+              if (waiting) idle--
+            })),
+            // Kept: when the last pool fiber fails, `awaitEmpty` may win `consume`'s race first.
+            Effect.tapErrorCause((cause) =>
+              Effect.sync(() => {
+                if (!Cause.isInterruptedOnly(cause)) failure ??= cause
+              })
+            ),
+            Effect.onExit(() => (df.stopped && !ctx.closing.closed ? spawn : Effect.void)),
+          )
+        })
+      )
+      size++
+      // Scheduled, as a fork is, rather than run here and now inside the spawning task.
+      return Effect.sync(() => void forkPool(Effect.interruptible(loop), { immediate: false }))
+    })
+
+    const grow = Effect.suspend(() => (mayGrow() ? spawn : Effect.void))
+    const awaitEmpty = Effect.suspend(() =>
+      FiberSet.size(fibers).pipe(
+        Effect.flatMap((n) => (n === 0 ? Effect.void : FiberSet.awaitEmpty(fibers))),
+      )
+    )
+    return {
+      consume: Effect.gen(function* () {
+        yield* grow
+        yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
+        if (failure !== undefined) return yield* Effect.failCause(failure)
+      }),
+      awaitEmpty,
+      interruptAll: Effect.suspend(() => {
+        ctx.closing.close()
+        return FiberSet.clear(fibers)
+      }),
+      grow,
+    }
+  })

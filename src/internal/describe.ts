@@ -1,0 +1,41 @@
+/**
+ * How the SDK says what an unknown error is, in one place. Two ways, for two readers: its kind
+ * (a tag, a class name), which may go anywhere (a probe's answer, a metric, a failure decision);
+ * and its text (`Name: message`), for the worker's own log and its author. Neither throws,
+ * whatever the value (a Proxy whose every trap throws included).
+ */
+
+/** The error's kind: its `_tag`, else its class name, else its `typeof`. Never its text. */
+export const errorKind = (u: unknown): string => {
+  try {
+    if (typeof u !== "object" || u === null) return typeof u
+    const tag = (u as { _tag?: unknown })._tag
+    if (typeof tag === "string") return tag
+    if (u instanceof Error) return u.name
+    const name = (u as { constructor?: { name?: unknown } }).constructor?.name
+    return typeof name === "string" && name !== "" ? name : "Object"
+  } catch {
+    return "unreadable value"
+  }
+}
+
+/** The error as a person reads it: `Name: message` for an Error, a string as it is. */
+export const errorText = (u: unknown): string => {
+  try {
+    if (u instanceof Error) return `${u.name}: ${u.message}`
+    if (typeof u === "string") return u
+    return `a non-Error value (${errorKind(u)})`
+  } catch {
+    return "an unreadable value"
+  }
+}
+
+/** The first line of the error's message (or of the string), trimmed. */
+export const firstLine = (u: unknown): string => {
+  try {
+    const text = u instanceof Error ? u.message : String(u)
+    return text.split("\n")[0]!.trim()
+  } catch {
+    return "an unreadable value"
+  }
+}
