@@ -26,28 +26,29 @@
  * one in its grace let 64 such clients, which then held every socket, refuse half the probes,
  * on Node and on Deno alike.
  *
+ * The routes themselves are an `@effect/platform` `HttpRouter` (`router`, and `httpApp` with the
+ * probe server's answer to any other path), so that an app can serve them from its own
+ * `HttpServer`; the probe server serves the same `HttpApp` (`src/internal/probeServer.ts`), its
+ * bounds on sockets apart (`src/internal/probeSockets.ts`).
+ *
  * @since 0.1.0
  */
-import { Buffer } from "node:buffer"
-import { readFile } from "node:fs/promises"
-import * as Http from "node:http"
-import type { Socket } from "node:net"
-import type { Scope } from "effect"
-import { Cause, Duration, Effect, Exit, Fiber, FiberId, FiberSet, Option, Predicate } from "effect"
-import { isPlainObject } from "./internal/json.ts"
-import { ProbeServerError } from "./WorkerError.ts"
+import type * as HttpApp from "@effect/platform/HttpApp"
+import type * as HttpRouter from "@effect/platform/HttpRouter"
+import type { Cause, Option, Scope } from "effect"
+import { Duration, Effect } from "effect"
+import * as readinessInternal from "./internal/probeReadiness.ts"
+import * as routes from "./internal/probeRoutes.ts"
+import * as server from "./internal/probeServer.ts"
+import type { ProbeServerError } from "./WorkerError.ts"
 
 /**
- * The probe server's inputs: where to listen, and what each probe reads.
+ * What the probe routes read: the inputs of `router` and `httpApp`.
  *
  * @since 0.1.0
  * @category models
  */
-export interface ProbeServerOptions {
-  /** `HEALTH_CHECK_HOST`. */
-  readonly host: string
-  /** `HEALTH_CHECK_PORT`; 0 listens on an ephemeral port (see the returned `port`). */
-  readonly port: number
+export interface ProbeRoutesOptions {
   /**
    * `/health`: `None` is healthy; `Some` answers 503 with this code and message (e.g.
    * `TASK_OVERRUN`). Consults no dependency.
@@ -68,6 +69,19 @@ export interface ProbeServerOptions {
   readonly versionFile?: string | undefined
   /** The SDK's version, in the `dev` document served when there is no version file. */
   readonly sdkVersion: string
+}
+
+/**
+ * The probe server's inputs: where to listen, what each probe reads, and its bounds.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ProbeServerOptions extends ProbeRoutesOptions {
+  /** `HEALTH_CHECK_HOST`. */
+  readonly host: string
+  /** `HEALTH_CHECK_PORT`; 0 listens on an ephemeral port (see the returned `port`). */
+  readonly port: number
   /**
    * The most requests answered at once, and the most sockets held past their `connectionGrace`
    * (default 32): at most twice as many sockets are held at once. When as many sockets are held,
@@ -139,7 +153,7 @@ export interface Readiness {
  * @since 0.1.0
  * @category constants
  */
-export const DEFAULT_VERSION_FILE = "/app/version.json"
+export const DEFAULT_VERSION_FILE = routes.DEFAULT_VERSION_FILE
 
 /**
  * The default bound on the requests answered at once and on the sockets held past their grace
@@ -182,46 +196,7 @@ export const DEFAULT_CONNECTION_GRACE: Duration.Duration = Duration.millis(50)
  * @since 0.1.0
  * @category constants
  */
-export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-/** The most a closing server waits for its sockets (it destroys them first). */
-const CLOSE_BOUND = Duration.seconds(2)
-/** The longest `ProbeError` message shown. */
-const MAX_MESSAGE_LENGTH = 512
-const ALLOW = "GET, HEAD"
-const PATHS = ["/health", "/ready", "/metrics", "/internal/metrics", "/__version__"] as const
-type ProbePath = typeof PATHS[number]
-
-/** A socket held by the server. */
-interface Slot {
-  /** Its request head has not arrived yet: it gives way to a new connection. */
-  incomplete: boolean
-  /** Closes it at the end of its life (`connectionTimeout`). */
-  readonly deadline: ReturnType<typeof setTimeout>
-  /** Closes it if its request head has not arrived by then (`headerTimeout`). */
-  readonly headerDeadline: ReturnType<typeof setTimeout>
-  /** In its grace (`connectionGrace`): it gives way to no new connection below the hard limit. */
-  young: boolean
-  /** Ends its grace. */
-  readonly grace: ReturnType<typeof setTimeout>
-}
-
-interface Answer {
-  readonly status: number
-  readonly contentType: string
-  readonly body: string
-  readonly headers?: Readonly<Record<string, string>>
-}
-
-const json = (status: number, body: unknown, headers?: Record<string, string>): Answer => ({
-  status,
-  contentType: "application/json",
-  body: JSON.stringify(body),
-  ...(headers === undefined ? {} : { headers }),
-})
-
-const error = (status: number, code: string, message: string, extra?: object): Answer =>
-  json(status, { status: "error", error: { code, message, ...extra } })
+export const METRICS_CONTENT_TYPE = routes.METRICS_CONTENT_TYPE
 
 /**
  * How a failed component is shown: a `ProbeError`'s message, anything else by its class name
@@ -230,26 +205,8 @@ const error = (status: number, code: string, message: string, extra?: object): A
  * @since 0.1.0
  * @category readiness
  */
-export const describeFailure = (cause: Cause.Cause<unknown>): string => {
-  const failure = Cause.failureOption(cause)
-  if (Option.isSome(failure)) return describeError(failure.value)
-  const defect = Cause.dieOption(cause)
-  if (Option.isSome(defect)) return describeError(defect.value)
-  return "interrupted"
-}
-
-const describeError = (error: unknown): string => {
-  if (Predicate.isTagged(error, "ProbeError") && Predicate.hasProperty(error, "message")) {
-    const message = String(error.message)
-    return message.length > MAX_MESSAGE_LENGTH
-      ? `${message.slice(0, MAX_MESSAGE_LENGTH)}…`
-      : message
-  }
-  if (typeof error !== "object" || error === null) return typeof error
-  if (Predicate.hasProperty(error, "_tag") && typeof error._tag === "string") return error._tag
-  const name = (error as { constructor?: { name?: unknown } }).constructor?.name
-  return typeof name === "string" && name !== "" ? name : "Object"
-}
+export const describeFailure: (cause: Cause.Cause<unknown>) => string =
+  readinessInternal.describeFailure
 
 /**
  * Evaluates readiness components in parallel, each within `timeout`. A component that does
@@ -259,56 +216,46 @@ const describeError = (error: unknown): string => {
  * @since 0.1.0
  * @category readiness
  */
-export const evaluateReadiness = (
+export const evaluateReadiness: (
   components: ReadonlyArray<ReadinessComponent>,
   timeout: Duration.DurationInput,
-): Effect.Effect<Readiness> => {
-  const limit = Duration.decode(timeout)
-  const timedOut: ComponentStatus = {
-    status: "error",
-    message: `timed out after ${Duration.format(limit)}`,
-  }
-  return Effect.forEach(
-    components,
-    (component) =>
-      Effect.disconnect(component.check).pipe(
-        Effect.matchCause({
-          onSuccess: (): ComponentStatus => ({ status: "ok" }),
-          onFailure: (cause): ComponentStatus => ({
-            status: "error",
-            message: describeFailure(cause),
-          }),
-        }),
-        Effect.timeoutTo({ duration: limit, onSuccess: (s) => s, onTimeout: () => timedOut }),
-        Effect.map((status) => [component.name, status] as const),
-      ),
-    { concurrency: "unbounded" },
-  ).pipe(
-    Effect.map((entries) => ({
-      ready: entries.every(([, s]) => s.status === "ok"),
-      components: Object.fromEntries(entries),
-    })),
-  )
-}
-
-const readVersion = (file: string, sdkVersion: string): Effect.Effect<unknown> =>
-  Effect.tryPromise(() => readFile(file, "utf8")).pipe(
-    Effect.flatMap((text) => Effect.try(() => JSON.parse(text) as unknown)),
-    Effect.filterOrFail(isPlainObject),
-    Effect.orElseSucceed(() => ({
-      source: "dev",
-      version: sdkVersion,
-      commit: "unknown",
-      build: "dev",
-    })),
-  )
-
-const isProbePath = (path: string): path is ProbePath =>
-  (PATHS as ReadonlyArray<string>).includes(path)
+) => Effect.Effect<Readiness> = readinessInternal.evaluateReadiness
 
 /**
- * Starts the probe server; it stops with the scope (idle and busy sockets closed, bounded).
- * Fails with a `ProbeServerError` when it cannot listen (e.g. the port is in use).
+ * The probe routes, for an app to serve from its own `@effect/platform` server (e.g. concatenated
+ * with its own router): `/health`, `/ready`, `/metrics`, `/internal/metrics` and `/__version__`,
+ * each answering GET and HEAD, and 405 `METHOD_NOT_ALLOWED` (with `Allow`) to any other method.
+ * Every answer is JSON (but the exposition) with `cache-control: no-store`; an unexpected failure
+ * is logged at WARNING and answered 500 `PROBE_FAILED`. A path that is no probe's is left to the
+ * app (`RouteNotFound`), and matched as the app's router config says.
+ *
+ * Scoped: concurrent `/ready` requests share one evaluation, which runs in a fiber of the scope
+ * so that a client that goes away does not cancel it for the others.
+ *
+ * @since 0.1.0
+ * @category routes
+ */
+export const router: (
+  options: ProbeRoutesOptions,
+) => Effect.Effect<HttpRouter.HttpRouter, never, Scope.Scope> = routes.router
+
+/**
+ * The probe routes as the whole app the probe server serves: `router`'s routes matched exactly
+ * as written (case and trailing slash included), and 404 `NOT_FOUND` to any other path, whatever
+ * the method. An app can serve it from its own `@effect/platform` server, e.g. on a port of its
+ * own, or through `HttpApp.toWebHandler`.
+ *
+ * @since 0.1.0
+ * @category routes
+ */
+export const httpApp: (
+  options: ProbeRoutesOptions,
+) => Effect.Effect<HttpApp.Default, never, Scope.Scope> = routes.httpApp
+
+/**
+ * Starts the probe server, serving `httpApp` over `node:http` within the bounds above; it stops
+ * with the scope (idle and busy sockets closed, bounded). Fails with a `ProbeServerError` when
+ * it cannot listen (e.g. the port is in use).
  *
  * @since 0.1.0
  * @category constructors
@@ -317,242 +264,16 @@ export const make = (
   options: ProbeServerOptions,
 ): Effect.Effect<ProbeServer, ProbeServerError, Scope.Scope> =>
   Effect.gen(function* () {
-    const maxConnections = options.maxConnections ?? DEFAULT_MAX_CONNECTIONS
-    const connectionTimeoutMillis = Duration.toMillis(
-      Duration.decode(options.connectionTimeout ?? DEFAULT_CONNECTION_TIMEOUT),
-    )
-    const headerTimeoutMillis = Duration.toMillis(
-      Duration.decode(options.headerTimeout ?? DEFAULT_HEADER_TIMEOUT),
-    )
-    const graceMillis = Duration.toMillis(
-      Duration.decode(options.connectionGrace ?? DEFAULT_CONNECTION_GRACE),
-    )
-    const hardLimit = 2 * maxConnections
-    const versionFile = options.versionFile ?? DEFAULT_VERSION_FILE
-    // Fibers of requests and of readiness evaluations: interrupted when the scope closes,
-    // after the server (finalizers run in reverse order).
-    const run = yield* FiberSet.makeRuntime<never>()
-
-    // Concurrent `/ready` requests share one evaluation: the first starts it in its own fiber
-    // (a client that goes away does not cancel it for the others), the rest join it.
-    let evaluation: Fiber.RuntimeFiber<Readiness> | undefined
-    const readiness = Effect.suspend(() => {
-      if (evaluation !== undefined) return Fiber.join(evaluation)
-      const fiber = run(evaluateReadiness(options.readiness, options.probeTimeout))
-      evaluation = fiber
-      // Called at once when the evaluation has already ended.
-      fiber.addObserver(() => {
-        if (evaluation === fiber) evaluation = undefined
-      })
-      return Fiber.join(fiber)
+    const app = yield* httpApp(options)
+    const millis = (duration: Duration.DurationInput) =>
+      Duration.toMillis(Duration.decode(duration))
+    const port = yield* server.serve(app, {
+      host: options.host,
+      port: options.port,
+      maxConnections: options.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
+      connectionTimeoutMillis: millis(options.connectionTimeout ?? DEFAULT_CONNECTION_TIMEOUT),
+      headerTimeoutMillis: millis(options.headerTimeout ?? DEFAULT_HEADER_TIMEOUT),
+      graceMillis: millis(options.connectionGrace ?? DEFAULT_CONNECTION_GRACE),
     })
-
-    const answer = (path: ProbePath): Effect.Effect<Answer> => {
-      switch (path) {
-        case "/health":
-          return Effect.map(options.health, (problem) =>
-            Option.match(problem, {
-              onNone: () => json(200, { status: "ok" }),
-              onSome: ({ code, message }) => error(503, code, message),
-            }))
-        case "/ready":
-          return Effect.map(readiness, ({ components, ready }) => {
-            if (ready) return json(200, { status: "ok", components })
-            const failing = Object.keys(components).filter((name) =>
-              components[name]?.status !== "ok"
-            )
-            return error(503, "DEPENDENCIES_NOT_READY", `Not ready: ${failing.join(", ")}`, {
-              components,
-            })
-          })
-        case "/metrics":
-        case "/internal/metrics":
-          return Effect.map(options.metrics, (body) => ({
-            status: 200,
-            contentType: METRICS_CONTENT_TYPE,
-            body,
-          }))
-        case "/__version__":
-          return Effect.map(readVersion(versionFile, options.sdkVersion), (doc) => json(200, doc))
-      }
-    }
-
-    const route = (method: string, url: string): Effect.Effect<Answer> => {
-      const path = url.split("?", 1)[0] ?? ""
-      if (!isProbePath(path)) {
-        return Effect.succeed(
-          error(404, "NOT_FOUND", "No probe here: try /health, /ready, /metrics or /__version__."),
-        )
-      }
-      if (method !== "GET" && method !== "HEAD") {
-        return Effect.succeed({
-          ...error(405, "METHOD_NOT_ALLOWED", `${path} answers only GET and HEAD.`),
-          headers: { allow: ALLOW },
-        })
-      }
-      return answer(path).pipe(
-        Effect.catchAllCause((cause) =>
-          Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.as(
-            Effect.logWarning(`The probe ${path} failed unexpectedly`, cause),
-            error(500, "PROBE_FAILED", `The probe ${path} failed unexpectedly.`),
-          )
-        ),
-      )
-    }
-
-    const write = (req: Http.IncomingMessage, res: Http.ServerResponse, answer: Answer) => {
-      if (res.headersSent || res.destroyed) return
-      res.writeHead(answer.status, {
-        ...answer.headers,
-        "content-type": answer.contentType,
-        "content-length": String(Buffer.byteLength(answer.body)),
-        "cache-control": "no-store",
-        // One request per connection: a socket is freed as soon as it is answered.
-        connection: "close",
-      })
-      res.end(req.method === "HEAD" ? undefined : answer.body)
-    }
-
-    // The sockets held, in the order they were accepted: the first incomplete one is the oldest.
-    const held = new Map<Socket, Slot>()
-    // How many of them are being answered (their request head has arrived): at most
-    // `maxConnections`.
-    let answering = 0
-    // A socket's slot is freed as it is destroyed (which closes it at once, on Node and on Deno),
-    // not on its `close` event a turn later: each connection accepted in the same turn then
-    // counts the sockets truly held, and evicts another one (never the same one twice).
-    const release = (socket: Socket) => {
-      const slot = held.get(socket)
-      if (slot === undefined) return
-      clearTimeout(slot.deadline)
-      clearTimeout(slot.headerDeadline)
-      clearTimeout(slot.grace)
-      if (!slot.incomplete) answering--
-      held.delete(socket)
-    }
-    const drop = (socket: Socket) => {
-      release(socket)
-      socket.destroy()
-    }
-    /** The oldest socket whose request head has not arrived, past its grace or not. */
-    const oldestIncomplete = (pastGrace: boolean): Socket | undefined => {
-      for (const [socket, slot] of held) {
-        if (slot.incomplete && !(pastGrace && slot.young)) return socket
-      }
-      return undefined
-    }
-    // Over `maxConnections`, the oldest incomplete sockets past their grace give way: run as each
-    // grace ends, it leaves at most `maxConnections` sockets held past their grace (those being
-    // answered are at most as many).
-    const trim = () => {
-      while (held.size > maxConnections) {
-        const victim = oldestIncomplete(true)
-        if (victim === undefined) return
-        drop(victim)
-      }
-    }
-    const onConnection = (socket: Socket) => {
-      if (held.size >= maxConnections) {
-        // A socket in its grace may hold a request that the runtime has not read yet: the oldest
-        // incomplete one past its grace gives way, and only at the hard limit one in its grace.
-        const victim = oldestIncomplete(true) ??
-          (held.size >= hardLimit ? oldestIncomplete(false) : undefined)
-        if (victim !== undefined) drop(victim)
-        // Below the hard limit, the new socket is held over the bound for its grace. At the limit,
-        // at least half the sockets held are incomplete (at most `maxConnections` are answered):
-        // none gives way only when `maxConnections` is 0.
-        else if (held.size >= hardLimit) {
-          socket.destroy()
-          return
-        }
-      }
-      const slot: Slot = {
-        incomplete: true,
-        young: true,
-        deadline: setTimeout(() => drop(socket), connectionTimeoutMillis),
-        // Cleared when its head arrives.
-        headerDeadline: setTimeout(() => drop(socket), headerTimeoutMillis),
-        grace: setTimeout(() => {
-          slot.young = false
-          trim()
-        }, graceMillis),
-      }
-      held.set(socket, slot)
-      socket.once("close", () => release(socket))
-    }
-
-    const onRequest = (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      // Its head has arrived: it is being answered, and no longer gives way (`req.socket` is the
-      // socket of the `connection` event, on Node and on Deno alike).
-      const slot = held.get(req.socket)
-      if (slot !== undefined) {
-        // As many requests are being answered as may be: this one is closed unanswered.
-        if (answering >= maxConnections) {
-          drop(req.socket)
-          return
-        }
-        slot.incomplete = false
-        answering++
-        clearTimeout(slot.headerDeadline)
-      }
-      const fiber = run(route(req.method ?? "GET", req.url ?? "/"))
-      fiber.addObserver((exit) => {
-        if (Exit.isSuccess(exit)) write(req, res, exit.value)
-        else if (!Exit.isInterrupted(exit)) {
-          write(req, res, error(500, "PROBE_FAILED", "The probe failed unexpectedly."))
-        }
-      })
-      // A client gone (or a socket past its time) no longer needs the answer.
-      res.on("close", () => fiber.unsafeInterruptAsFork(FiberId.none))
-    }
-
-    const server = Http.createServer(onRequest)
-    server.on("connection", onConnection)
-    // A malformed request: no answer is owed, and the socket's slot is freed at once.
-    server.on("clientError", (_error: Error, socket: Socket) => drop(socket))
-
-    const address = `${options.host}:${options.port}`
-    yield* Effect.acquireRelease(
-      Effect.async<void, ProbeServerError>((resume) => {
-        const onError = (e: Error & { code?: string }) => {
-          server.off("listening", onListening)
-          resume(Effect.fail(
-            new ProbeServerError({
-              reason: "bind",
-              message: `The probe server cannot listen on ${address}: ${
-                e.code === "EADDRINUSE"
-                  ? "the address is already in use"
-                  : e.code === "EACCES"
-                  ? "permission denied"
-                  : e.code === "EADDRNOTAVAIL"
-                  ? "the address is not available on this host"
-                  : e.message
-              } (HEALTH_CHECK_HOST, HEALTH_CHECK_PORT).`,
-            }),
-          ))
-        }
-        const onListening = () => {
-          server.off("error", onError)
-          resume(Effect.void)
-        }
-        server.once("error", onError)
-        server.once("listening", onListening)
-        server.listen({ port: options.port, host: options.host })
-        return Effect.sync(() => server.close())
-      }),
-      () =>
-        Effect.async<void>((resume) => {
-          server.close(() => resume(Effect.void))
-          for (const socket of [...held.keys()]) drop(socket)
-        }).pipe(Effect.interruptible, Effect.timeoutOption(CLOSE_BOUND)),
-    )
-    // An error after listening (e.g. too many open files on accept) must not crash the process.
-    const logServerError = (e: Error) =>
-      run(Effect.logWarning(`The probe server on ${address} failed to accept a connection`, e))
-    server.on("error", logServerError)
-
-    const bound = server.address()
-    const port = typeof bound === "object" && bound !== null ? bound.port : options.port
-    yield* Effect.logDebug(`The probe server is listening on ${options.host}:${port}`)
     return { port }
   })

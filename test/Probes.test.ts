@@ -381,6 +381,36 @@ describe("Probes", () => {
         }
       }))
 
+    it.live("matches the paths exactly, and answers TRACE with 405 too", () =>
+      Effect.gen(function* () {
+        const { port } = yield* start()
+        for (const path of ["/HEALTH", "/health/", "//health", "/ready/x"]) {
+          expect((yield* request(port, path)).status).toBe(404)
+        }
+        // A method the Fetch standard cannot carry, sent on a raw socket.
+        const trace = yield* connected(port, "TRACE /health HTTP/1.1\r\nHost: probe\r\n\r\n")
+        yield* waitForReal(() => !trace.open, 2000, "TRACE is answered")
+        expect(trace.received).toMatch(/^HTTP\/1\.1 405 /)
+        expect(trace.received).toMatch(/\r\nallow: GET, HEAD\r\n/i)
+      }).pipe(Effect.scoped))
+
+    it.live("interrupts a request whose client goes away", () =>
+      Effect.gen(function* () {
+        const asked = yield* Deferred.make<void>()
+        const interrupted = yield* Deferred.make<void>()
+        const { port } = yield* start({
+          metrics: Deferred.succeed(asked, void 0).pipe(
+            Effect.zipRight(Effect.never),
+            Effect.onInterrupt(() => Deferred.succeed(interrupted, void 0)),
+          ),
+        })
+        const client = yield* connected(port, completeHead("/metrics"))
+        yield* Deferred.await(asked)
+        client.socket.destroy()
+        yield* Deferred.await(interrupted).pipe(Effect.timeout("2 seconds"))
+        yield* healthyWithin(port, 1000)
+      }).pipe(Effect.scoped))
+
     it.scoped("answers 500 PROBE_FAILED when a probe dies", () =>
       Effect.gen(function* () {
         const { port } = yield* start({ health: Effect.die(new Error("boom")) })

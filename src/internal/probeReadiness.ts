@@ -1,0 +1,88 @@
+/**
+ * `/ready`'s evaluation: the components run in parallel, each within the probe timeout, failures
+ * shown without leaking their text, and concurrent requests sharing one evaluation.
+ */
+import type { Scope } from "effect"
+import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate } from "effect"
+import type { ComponentStatus, Readiness, ReadinessComponent } from "../Probes.ts"
+
+/** The longest `ProbeError` message shown. */
+const MAX_MESSAGE_LENGTH = 512
+
+/** See `Probes.describeFailure`. */
+export const describeFailure = (cause: Cause.Cause<unknown>): string => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) return describeError(failure.value)
+  const defect = Cause.dieOption(cause)
+  if (Option.isSome(defect)) return describeError(defect.value)
+  return "interrupted"
+}
+
+const describeError = (error: unknown): string => {
+  if (Predicate.isTagged(error, "ProbeError") && Predicate.hasProperty(error, "message")) {
+    const message = String(error.message)
+    return message.length > MAX_MESSAGE_LENGTH
+      ? `${message.slice(0, MAX_MESSAGE_LENGTH)}…`
+      : message
+  }
+  if (typeof error !== "object" || error === null) return typeof error
+  if (Predicate.hasProperty(error, "_tag") && typeof error._tag === "string") return error._tag
+  const name = (error as { constructor?: { name?: unknown } }).constructor?.name
+  return typeof name === "string" && name !== "" ? name : "Object"
+}
+
+/** See `Probes.evaluateReadiness`. */
+export const evaluateReadiness = (
+  components: ReadonlyArray<ReadinessComponent>,
+  timeout: Duration.DurationInput,
+): Effect.Effect<Readiness> => {
+  const limit = Duration.decode(timeout)
+  const timedOut: ComponentStatus = {
+    status: "error",
+    message: `timed out after ${Duration.format(limit)}`,
+  }
+  return Effect.forEach(
+    components,
+    (component) =>
+      Effect.disconnect(component.check).pipe(
+        Effect.matchCause({
+          onSuccess: (): ComponentStatus => ({ status: "ok" }),
+          onFailure: (cause): ComponentStatus => ({
+            status: "error",
+            message: describeFailure(cause),
+          }),
+        }),
+        Effect.timeoutTo({ duration: limit, onSuccess: (s) => s, onTimeout: () => timedOut }),
+        Effect.map((status) => [component.name, status] as const),
+      ),
+    { concurrency: "unbounded" },
+  ).pipe(
+    Effect.map((entries) => ({
+      ready: entries.every(([, s]) => s.status === "ok"),
+      components: Object.fromEntries(entries),
+    })),
+  )
+}
+
+/**
+ * Concurrent runs of `evaluation` share one: the first starts it in a fiber of its own, in a
+ * `FiberSet` of the scope (so that a client that goes away does not cancel it for the others,
+ * and the scope's end interrupts it), the rest join it. Once it has ended, the next run
+ * evaluates afresh.
+ */
+export const shared = (
+  evaluation: Effect.Effect<Readiness>,
+): Effect.Effect<Effect.Effect<Readiness>, never, Scope.Scope> =>
+  Effect.map(FiberSet.makeRuntime<never, Readiness, never>(), (run) => {
+    let current: Fiber.RuntimeFiber<Readiness> | undefined
+    return Effect.suspend(() => {
+      if (current !== undefined) return Fiber.join(current)
+      const fiber = run(evaluation)
+      current = fiber
+      // Called at once when the evaluation has already ended.
+      fiber.addObserver(() => {
+        if (current === fiber) current = undefined
+      })
+      return Fiber.join(fiber)
+    })
+  })

@@ -1,0 +1,146 @@
+/**
+ * The probe routes and their answers, as an `@effect/platform` `HttpRouter`: what the probe
+ * server serves, and what an app can serve from its own `HttpServer`.
+ */
+import type * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import { readFile } from "node:fs/promises"
+import type { Scope } from "effect"
+import { Cause, Effect, Option } from "effect"
+import type { ProbeRoutesOptions, Readiness } from "../Probes.ts"
+import { isPlainObject } from "./json.ts"
+import { evaluateReadiness, shared } from "./probeReadiness.ts"
+
+/** See `Probes.DEFAULT_VERSION_FILE`. */
+export const DEFAULT_VERSION_FILE = "/app/version.json"
+
+/** See `Probes.METRICS_CONTENT_TYPE`. */
+export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+const ALLOW = "GET, HEAD"
+
+type Headers = Readonly<Record<string, string>>
+
+/** Every answer: a probe must never be answered from a cache. */
+const answer = (status: number, body: string, contentType: string, headers?: Headers) =>
+  HttpServerResponse.text(body, {
+    status,
+    contentType,
+    headers: { ...headers, "cache-control": "no-store" },
+  })
+
+const json = (status: number, body: unknown, headers?: Headers) =>
+  answer(status, JSON.stringify(body), "application/json", headers)
+
+const errorBody = (code: string, message: string, extra?: object) => ({
+  status: "error",
+  error: { code, message, ...extra },
+})
+
+const error = (status: number, code: string, message: string, extra?: object) =>
+  json(status, errorBody(code, message, extra))
+
+/** The answer to a path that is no probe's, whatever the method. */
+const notFound: HttpServerResponse.HttpServerResponse = error(
+  404,
+  "NOT_FOUND",
+  "No probe here: try /health, /ready, /metrics or /__version__.",
+)
+
+const readVersion = (file: string, sdkVersion: string): Effect.Effect<unknown> =>
+  Effect.tryPromise(() => readFile(file, "utf8")).pipe(
+    Effect.flatMap((text) => Effect.try(() => JSON.parse(text) as unknown)),
+    Effect.filterOrFail(isPlainObject),
+    Effect.orElseSucceed(() => ({
+      source: "dev",
+      version: sdkVersion,
+      commit: "unknown",
+      build: "dev",
+    })),
+  )
+
+const readyAnswer = ({ components, ready }: Readiness) => {
+  if (ready) return json(200, { status: "ok", components })
+  const failing = Object.keys(components).filter((name) => components[name]?.status !== "ok")
+  return error(503, "DEPENDENCIES_NOT_READY", `Not ready: ${failing.join(", ")}`, { components })
+}
+
+/**
+ * One probe: GET and HEAD are answered (the server that writes the answer leaves out a HEAD's
+ * body), any other method 405. An unexpected failure is logged and answered 500 without its
+ * text; an interruption (the client went away) is left to end the request.
+ */
+const probe = (
+  path: HttpRouter.PathInput,
+  answer: Effect.Effect<HttpServerResponse.HttpServerResponse>,
+) => {
+  const methodNotAllowed = json(
+    405,
+    errorBody("METHOD_NOT_ALLOWED", `${path} answers only GET and HEAD.`),
+    { allow: ALLOW },
+  )
+  const guarded = Effect.catchAllCause(
+    answer,
+    (cause) =>
+      Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.as(
+        Effect.logWarning(`The probe ${path} failed unexpectedly`, cause),
+        error(500, "PROBE_FAILED", `The probe ${path} failed unexpectedly.`),
+      ),
+  )
+  return HttpRouter.makeRoute(
+    "*",
+    path,
+    Effect.flatMap(
+      HttpServerRequest.HttpServerRequest,
+      (request) =>
+        request.method === "GET" || request.method === "HEAD"
+          ? guarded
+          : Effect.succeed(methodNotAllowed),
+    ),
+  )
+}
+
+/** See `Probes.router`. */
+export const router = (
+  options: ProbeRoutesOptions,
+): Effect.Effect<HttpRouter.HttpRouter, never, Scope.Scope> =>
+  Effect.map(shared(evaluateReadiness(options.readiness, options.probeTimeout)), (readiness) => {
+    const metrics = Effect.map(options.metrics, (body) => answer(200, body, METRICS_CONTENT_TYPE))
+    const version = readVersion(options.versionFile ?? DEFAULT_VERSION_FILE, options.sdkVersion)
+    return HttpRouter.fromIterable([
+      probe(
+        "/health",
+        Effect.map(options.health, (problem) =>
+          Option.match(problem, {
+            onNone: () => json(200, { status: "ok" }),
+            onSome: ({ code, message }) => error(503, code, message),
+          })),
+      ),
+      probe("/ready", Effect.map(readiness, readyAnswer)),
+      probe("/metrics", metrics),
+      probe("/internal/metrics", metrics),
+      probe("/__version__", Effect.map(version, (doc) => json(200, doc))),
+    ])
+  })
+
+/**
+ * The probe paths exactly as written: find-my-way's defaults would also route `/HEALTH`,
+ * `/health/` and `//health`, which the probe server has always answered 404.
+ */
+const EXACT_PATHS = {
+  caseSensitive: true,
+  ignoreTrailingSlash: false,
+  ignoreDuplicateSlashes: false,
+}
+
+/** See `Probes.httpApp`. */
+export const httpApp = (
+  options: ProbeRoutesOptions,
+): Effect.Effect<HttpApp.Default, never, Scope.Scope> =>
+  Effect.flatMap(router(options), (routes) =>
+    HttpRouter.toHttpApp(routes).pipe(
+      Effect.locally(HttpRouter.currentRouterConfig, EXACT_PATHS),
+      Effect.map(Effect.catchTag("RouteNotFound", () => Effect.succeed(notFound))),
+    ))

@@ -1,0 +1,202 @@
+/**
+ * The probe routes served by an app's own `@effect/platform` server rather than the probe
+ * server: through `HttpApp.toWebHandlerRuntime`, @effect/platform's server for web-standard
+ * runtimes (`Deno.serve`, Bun, workers), driven here by web `Request`s on Node and Deno alike.
+ * The answers are the probe server's own, as `test/Probes.test.ts` specifies them.
+ */
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Duration, Effect, Fiber, Logger, Ref } from "effect"
+import * as Probes from "../src/Probes.ts"
+import { ProbeError } from "../src/WorkerError.ts"
+import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
+import { HOST, start } from "./support/probes.ts"
+
+const routeOptions = (options: Partial<Probes.ProbeRoutesOptions> = {}) => ({
+  health: Effect.succeedNone,
+  readiness: [],
+  probeTimeout: Duration.seconds(3),
+  metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
+  versionFile: "/nonexistent/version.json",
+  sdkVersion: "9.9.9",
+  ...options,
+})
+
+interface Reply {
+  readonly status: number
+  readonly headers: Headers
+  readonly text: string
+  readonly body: any
+}
+
+const reply = async (response: Response): Promise<Reply> => {
+  const text = await response.text()
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  return { status: response.status, headers: response.headers, text, body }
+}
+
+/** `app` served by @effect/platform's web handler, in this fiber's runtime (its logger too). */
+const serve = (app: HttpApp.Default<unknown>) =>
+  Effect.map(Effect.runtime<never>(), (runtime) => {
+    const handler = HttpApp.toWebHandlerRuntime(runtime)(app)
+    return (path: string, init?: RequestInit) =>
+      Effect.promise(() => handler(new Request(`http://app.test${path}`, init)).then(reply))
+  })
+
+describe("Probes.httpApp", () => {
+  it.scoped("answers as the probe server does, served by @effect/platform's web handler", () =>
+    Effect.gen(function* () {
+      const ask = yield* serve(yield* Probes.httpApp(routeOptions()))
+
+      const health = yield* ask("/health?verbose=1")
+      expect(health.status).toBe(200)
+      expect(health.body).toEqual({ status: "ok" })
+      expect(health.headers.get("content-type")).toBe("application/json")
+      expect(health.headers.get("cache-control")).toBe("no-store")
+
+      const head = yield* ask("/health", { method: "HEAD" })
+      expect(head.status).toBe(200)
+      expect(head.headers.get("content-length")).toBe(String('{"status":"ok"}'.length))
+      expect(head.text).toBe("")
+
+      const metrics = yield* ask("/internal/metrics")
+      expect(metrics.headers.get("content-type")).toBe(Probes.METRICS_CONTENT_TYPE)
+      expect(metrics.text).toBe("# TYPE up gauge\nup 1\n")
+
+      expect((yield* ask("/__version__")).body).toEqual({
+        source: "dev",
+        version: "9.9.9",
+        commit: "unknown",
+        build: "dev",
+      })
+
+      const notAllowed = yield* ask("/ready", { method: "DELETE" })
+      expect(notAllowed.status).toBe(405)
+      expect(notAllowed.headers.get("allow")).toBe("GET, HEAD")
+      expect(notAllowed.body.error.code).toBe("METHOD_NOT_ALLOWED")
+
+      for (const path of ["/", "/nope", "/HEALTH", "/health/", "//health"]) {
+        const notFound = yield* ask(path, { method: "POST" })
+        expect(notFound.status).toBe(404)
+        expect(notFound.body.error.code).toBe("NOT_FOUND")
+        expect(notFound.headers.get("cache-control")).toBe("no-store")
+      }
+    }))
+
+  it.scoped("answers /ready 503 with its components, and shares one evaluation among requests", () =>
+    Effect.gen(function* () {
+      const runs = yield* Ref.make(0)
+      const release = yield* Deferred.make<void>()
+      const ask = yield* serve(
+        yield* Probes.httpApp(routeOptions({
+          readiness: [
+            {
+              name: "broker",
+              check: Effect.fail(new ProbeError({ message: "the broker is disconnected" })),
+            },
+            {
+              name: "db",
+              check: Effect.zipRight(Ref.update(runs, (n) => n + 1), Deferred.await(release)),
+            },
+          ],
+        })),
+      )
+      const replies = yield* Effect.fork(
+        Effect.all([ask("/ready"), ask("/ready"), ask("/ready")], { concurrency: "unbounded" }),
+      )
+      yield* waitUntil(() => Ref.get(runs).pipe(Effect.map((n) => n > 0)), "/ready evaluates")
+      // Let the other requests reach the evaluation in flight (a later one would start another).
+      for (let i = 0; i < 10; i++) yield* nextTurn
+      yield* Deferred.succeed(release, void 0)
+      const all = yield* Fiber.join(replies)
+      expect(yield* Ref.get(runs)).toBe(1)
+      for (const { body, status } of all) {
+        expect(status).toBe(503)
+        expect(body.error).toEqual({
+          code: "DEPENDENCIES_NOT_READY",
+          message: "Not ready: broker",
+          components: {
+            broker: { status: "error", message: "the broker is disconnected" },
+            db: { status: "ok" },
+          },
+        })
+      }
+    }))
+
+  it.scoped("answers 500 PROBE_FAILED to a probe that dies, logged at WARNING", () => {
+    const logs = captureLogs()
+    return Effect.gen(function* () {
+      const ask = yield* serve(
+        yield* Probes.httpApp(routeOptions({ metrics: Effect.die(new Error("secret")) })),
+      )
+      const failed = yield* ask("/metrics")
+      expect(failed.status).toBe(500)
+      expect(failed.body).toEqual({
+        status: "error",
+        error: { code: "PROBE_FAILED", message: "The probe /metrics failed unexpectedly." },
+      })
+      expect(logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)).toEqual([
+        expect.stringMatching(/^The probe \/metrics failed unexpectedly/),
+      ])
+    }).pipe(Effect.provide(logs.layer))
+  })
+
+  it.scoped("gives the probe server's answers, byte for byte", () =>
+    Effect.gen(function* () {
+      const options = routeOptions({
+        readiness: [{ name: "db", check: Effect.fail(new TypeError("secret")) }],
+      })
+      const ask = yield* serve(yield* Probes.httpApp(options))
+      const { port } = yield* start(options)
+      const requests: ReadonlyArray<readonly [string, string]> = [
+        ["GET", "/health"],
+        ["HEAD", "/ready"],
+        ["GET", "/ready"],
+        ["GET", "/metrics"],
+        ["GET", "/__version__"],
+        ["PUT", "/metrics"],
+        ["GET", "/healthz"],
+      ]
+      for (const [method, path] of requests) {
+        const served = yield* Effect.promise(() =>
+          fetch(`http://${HOST}:${port}${path}`, { method }).then(reply)
+        )
+        const app = yield* ask(path, { method })
+        const headers = (r: Reply) =>
+          ["content-type", "content-length", "cache-control", "allow"].map((h) => r.headers.get(h))
+        expect([app.status, headers(app), app.text]).toEqual([
+          served.status,
+          headers(served),
+          served.text,
+        ])
+      }
+    }))
+})
+
+describe("Probes.router", () => {
+  it.scoped("serves the probes beside an app's own routes, or under a prefix", () =>
+    Effect.gen(function* () {
+      const probes = yield* Probes.router(routeOptions())
+      const own = HttpRouter.empty.pipe(
+        HttpRouter.get("/hello", HttpServerResponse.text("hello")),
+      )
+      const beside = yield* serve(HttpRouter.concat(own, probes))
+      expect((yield* beside("/hello")).text).toBe("hello")
+      expect((yield* beside("/health")).body).toEqual({ status: "ok" })
+      expect((yield* beside("/metrics", { method: "POST" })).status).toBe(405)
+      // A path that is no probe's is the app's to answer: here, @effect/platform's bare 404.
+      const other = yield* beside("/nope")
+      expect([other.status, other.text]).toEqual([404, ""])
+
+      const under = yield* serve(HttpRouter.mount(own, "/probes", probes))
+      expect((yield* under("/probes/health")).body).toEqual({ status: "ok" })
+      expect((yield* under("/probes/ready")).body).toEqual({ status: "ok", components: {} })
+    }).pipe(Effect.provide(Logger.remove(Logger.defaultLogger))))
+})
