@@ -1,0 +1,129 @@
+/**
+ * Publishing on a connection's confirm channel: a publish completes on the broker's confirm, and
+ * fails `nacked`, `returned` (mandatory and unroutable), `closed` (the channel went first) or
+ * `timeout` (no confirm in time). This is the publish hot path, measured by `bench/amqp.ts`: the
+ * comments below say which shapes it kept, and why.
+ */
+import { Buffer } from "node:buffer"
+import type * as Amqp from "amqplib"
+import type { Scope } from "effect"
+import { Duration, Effect, Schedule } from "effect"
+import { PublishError } from "../../WorkerError.ts"
+
+/** What of amqplib's confirm channel a publish uses. */
+export type PublishChannel = Pick<Amqp.ConfirmChannel, "publish">
+
+/** A confirm channel to publish on, and the ids of its messages the broker returned. */
+export interface Publishing {
+  readonly publisher: PublishChannel
+  readonly returned: Set<string>
+}
+
+export interface Confirms {
+  /** Gathers the ids of the messages a new confirm channel gets back from the broker. */
+  readonly track: (
+    channel: { on(event: "return", listener: (message: Amqp.Message) => void): unknown },
+  ) => Set<string>
+  /** Publishes `body` to the output queue, completing once the broker has confirmed it. */
+  readonly publish: (
+    on: Publishing,
+    body: Uint8Array,
+    type: string,
+  ) => Effect.Effect<void, PublishError>
+}
+
+interface AwaitingConfirm {
+  readonly deadline: number
+  readonly expire: () => void
+}
+
+/**
+ * Publishing to `outQueue`, each publish failed with `timeout` past `confirmTimeout`; its sweeper
+ * runs for as long as the scope.
+ */
+export const make = (options: {
+  readonly outQueue: string
+  readonly confirmTimeout: Duration.Duration
+}): Effect.Effect<Confirms, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const outQueue = options.outQueue
+    // Publishes waiting for their confirm, failed by one sweeper when past their deadline: a race
+    // per publish (Effect.timeout) measured at half the throughput of the raw amqplib loop.
+    // Keyed by the publish's number: a Map's set of a number key measured cheaper than of a
+    // string made for each publish.
+    const awaitingConfirm = new Map<number, AwaitingConfirm>()
+    const confirmMillis = Duration.toMillis(options.confirmTimeout)
+    const clock = yield* Effect.clock
+    yield* Effect.sync(() => {
+      const now = clock.unsafeCurrentTimeMillis()
+      for (const [id, waiting] of awaitingConfirm) {
+        if (waiting.deadline > now) continue
+        awaitingConfirm.delete(id)
+        waiting.expire()
+      }
+    }).pipe(
+      Effect.repeat(Schedule.spaced(Duration.millis(Math.min(250, confirmMillis)))),
+      Effect.forkScoped,
+    )
+    let sequence = 0
+
+    const track: Confirms["track"] = (channel) => {
+      const returned = new Set<string>()
+      channel.on("return", (message) => {
+        if (typeof message.properties.messageId === "string") {
+          returned.add(message.properties.messageId)
+        }
+      })
+      return returned
+    }
+
+    const publish: Confirms["publish"] = ({ publisher, returned }, body, type) =>
+      Effect.async<void, PublishError>((resume) => {
+        const id = ++sequence
+        const messageId = `${id}`
+        const failWith = (reason: PublishError["reason"]) =>
+          resume(Effect.fail(new PublishError({ reason, messageType: type })))
+        awaitingConfirm.set(id, {
+          deadline: clock.unsafeCurrentTimeMillis() + confirmMillis,
+          expire: () => failWith("timeout"),
+        })
+        try {
+          publisher.publish(
+            "",
+            outQueue,
+            Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+            {
+              persistent: true,
+              contentType: "application/json",
+              type,
+              mandatory: true,
+              messageId,
+            },
+            (error) => {
+              if (!awaitingConfirm.delete(id)) {
+                return
+              }
+              if (error) {
+                // amqplib fails every confirm still awaited when the channel closes: the
+                // broker did not refuse those.
+                return failWith(error.message === "channel closed" ? "closed" : "nacked")
+              }
+              // Returns are rare: an empty set is not asked, as hashing the new id string for
+              // the lookup is a call into the runtime on every confirm.
+              if (returned.size !== 0 && returned.delete(messageId)) {
+                return failWith("returned")
+              }
+              resume(Effect.void)
+            },
+          )
+        } catch {
+          awaitingConfirm.delete(id)
+          failWith("closed")
+        }
+        // No canceler: an interrupted publish leaves its entry to its confirm or to the sweeper,
+        // whose late resume the interrupted fiber ignores. A canceler would wrap every publish
+        // in an interruption handler, the costliest steps of a publish.
+      })
+
+    return { track, publish }
+  })

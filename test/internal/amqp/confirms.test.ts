@@ -1,0 +1,92 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Fiber, TestClock } from "effect"
+import * as Confirms from "../../../src/internal/amqp/confirms.ts"
+import { PublishError } from "../../../src/WorkerError.ts"
+import { eventually, FakeChannel } from "./fakes.ts"
+
+const body = new TextEncoder().encode(`{"task_id":"t-1"}`)
+
+/** Publishing on a fake confirm channel, its returns tracked. */
+const publishing = Effect.gen(function* () {
+  const confirms = yield* Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) })
+  const channel = new FakeChannel("publisher")
+  const on = { publisher: channel, returned: confirms.track(channel) }
+  /** A publish forked and left waiting for its confirm. */
+  const publish = Effect.gen(function* () {
+    const before = channel.published.length
+    const fiber = yield* Effect.fork(confirms.publish(on, body, "success"))
+    yield* eventually(() => channel.published.length > before)
+    return { fiber, sent: channel.published[before]! }
+  })
+  return { channel, publish, confirms, on }
+})
+
+describe("Confirms", () => {
+  it.scoped("a publish the broker confirms succeeds: persistent JSON to the output queue, mandatory, with its type", () =>
+    Effect.gen(function* () {
+      const { publish } = yield* publishing
+      const { fiber, sent } = yield* publish
+      expect(sent.exchange).toBe("")
+      expect(sent.routingKey).toBe("out")
+      expect(new TextDecoder().decode(sent.content)).toBe(`{"task_id":"t-1"}`)
+      expect(sent.options).toEqual({
+        persistent: true,
+        contentType: "application/json",
+        type: "success",
+        mandatory: true,
+        messageId: "1",
+      })
+      expect(fiber.unsafePoll()).toBeNull()
+      sent.confirm(null)
+      yield* Fiber.join(fiber)
+    }))
+
+  it.scoped("a publish the broker nacks fails as nacked", () =>
+    Effect.gen(function* () {
+      const { publish } = yield* publishing
+      const { fiber, sent } = yield* publish
+      sent.confirm(new Error("message nacked"))
+      expect(yield* Effect.flip(Fiber.join(fiber))).toEqual(
+        new PublishError({ reason: "nacked", messageType: "success" }),
+      )
+    }))
+
+  it.scoped("a confirm failed by the channel's close fails as closed", () =>
+    Effect.gen(function* () {
+      const { publish } = yield* publishing
+      const { fiber, sent } = yield* publish
+      sent.confirm(new Error("channel closed"))
+      expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("closed")
+    }))
+
+  it.scoped("a publish on a channel that throws fails as closed", () =>
+    Effect.gen(function* () {
+      const { channel, confirms, on } = yield* publishing
+      channel.publishThrows = new Error("Channel closed")
+      const error = yield* Effect.flip(confirms.publish(on, body, "started"))
+      expect(error).toEqual(new PublishError({ reason: "closed", messageType: "started" }))
+    }))
+
+  it.scoped("a publish the broker returns fails as returned, and the next is confirmed", () =>
+    Effect.gen(function* () {
+      const { channel, publish } = yield* publishing
+      const first = yield* publish
+      channel.emit("return", { properties: { messageId: first.sent.options!.messageId } })
+      first.sent.confirm(null)
+      expect((yield* Effect.flip(Fiber.join(first.fiber))).reason).toBe("returned")
+      const second = yield* publish
+      second.sent.confirm(null)
+      yield* Fiber.join(second.fiber)
+    }))
+
+  it.scoped("a publish never confirmed fails as timeout once the confirm timeout has passed, and its late confirm is ignored", () =>
+    Effect.gen(function* () {
+      const { publish } = yield* publishing
+      const { fiber, sent } = yield* publish
+      yield* TestClock.adjust("9750 millis")
+      expect(fiber.unsafePoll()).toBeNull()
+      yield* TestClock.adjust("250 millis")
+      expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("timeout")
+      sent.confirm(null)
+    }))
+})

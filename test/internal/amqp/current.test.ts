@@ -1,0 +1,43 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber } from "effect"
+import { Current } from "../../../src/internal/amqp/current.ts"
+
+/** Lets forked fibers reach their wait. */
+const settle = Effect.repeatN(Effect.yieldNow(), 20)
+
+describe("Current", () => {
+  it.effect("holds nothing at first; get waits for the value set, then answers at once", () =>
+    Effect.gen(function* () {
+      const current = new Current<string>()
+      expect(current.now).toBeUndefined()
+      const waiting = yield* Effect.fork(current.get)
+      yield* settle
+      expect(waiting.unsafePoll()).toBeNull()
+      current.set("first")
+      expect(yield* Fiber.join(waiting)).toBe("first")
+      expect(current.now).toBe("first")
+      expect(yield* current.get).toBe("first")
+    }))
+
+  it.effect("once cleared, get waits for the next value", () =>
+    Effect.gen(function* () {
+      const current = new Current<string>()
+      current.set("first")
+      current.clear()
+      expect(current.now).toBeUndefined()
+      const waiting = yield* Effect.fork(current.get)
+      yield* settle
+      current.set("second")
+      expect(yield* Fiber.join(waiting)).toBe("second")
+    }))
+
+  it.effect("an interrupted wait is forgotten", () =>
+    Effect.gen(function* () {
+      const current = new Current<string>()
+      const waiting = yield* Effect.fork(current.get)
+      yield* settle
+      yield* Fiber.interrupt(waiting)
+      current.set("first")
+      expect((current as unknown as { waiting: Set<unknown> }).waiting.size).toBe(0)
+    }))
+})
