@@ -5,13 +5,12 @@
  * whatever the value (a Proxy whose every trap throws included).
  */
 
-/** The error's kind: its `_tag`, else its class name, else its `typeof`. Never its text. */
+/** The error's kind: its `_tag`, else its class's name, else its `typeof`. Never its text. */
 export const errorKind = (u: unknown): string => {
   try {
     if (typeof u !== "object" || u === null) return typeof u
     const tag = (u as { _tag?: unknown })._tag
     if (typeof tag === "string") return tag
-    if (u instanceof Error) return u.name
     const name = (u as { constructor?: { name?: unknown } }).constructor?.name
     return typeof name === "string" && name !== "" ? name : "Object"
   } catch {
@@ -30,12 +29,14 @@ export const errorText = (u: unknown): string => {
   }
 }
 
-/** The first line of the error's message (or of the string), trimmed. */
-export const firstLine = (u: unknown): string => {
+/** The error's message (an Error's), or the value as a string. */
+export const errorMessage = (u: unknown): string => {
   try {
-    const text = u instanceof Error ? u.message : String(u)
-    return text.split("\n")[0]!.trim()
+    return u instanceof Error ? u.message : String(u)
   } catch {
     return "an unreadable value"
   }
 }
+
+/** The first line of the error's message, trimmed. */
+export const firstLine = (u: unknown): string => errorMessage(u).split("\n")[0]!.trim()

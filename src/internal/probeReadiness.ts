@@ -5,6 +5,7 @@
 import type { Scope } from "effect"
 import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate } from "effect"
 import type { ComponentStatus, Readiness, ReadinessComponent } from "../Probes.ts"
+import { errorKind } from "./describe.ts"
 
 /** The longest `ProbeError` message shown. */
 const MAX_MESSAGE_LENGTH = 512
@@ -25,10 +26,7 @@ const describeError = (error: unknown): string => {
       ? `${message.slice(0, MAX_MESSAGE_LENGTH)}…`
       : message
   }
-  if (typeof error !== "object" || error === null) return typeof error
-  if (Predicate.hasProperty(error, "_tag") && typeof error._tag === "string") return error._tag
-  const name = (error as { constructor?: { name?: unknown } }).constructor?.name
-  return typeof name === "string" && name !== "" ? name : "Object"
+  return errorKind(error)
 }
 
 /** See `Probes.evaluateReadiness`. */

@@ -4,6 +4,7 @@
  * broker URL's password.
  */
 import { TransportError } from "../../WorkerError.ts"
+import { errorMessage } from "../describe.ts"
 
 /** The URL without its password, for messages and logs. */
 export const redactUrl = (url: string): string => {
@@ -17,8 +18,7 @@ export const redactUrl = (url: string): string => {
 }
 
 /** The text of anything amqplib throws or rejects with. */
-export const messageOf = (error: unknown): string =>
-  error instanceof Error ? error.message : String(error)
+export const messageOf = errorMessage
 
 /** A failed connection (or channel): refused credentials are a configuration error. */
 export const connectError = (error: unknown, url: string): TransportError => {
