@@ -35,8 +35,8 @@ export const validate = (n: unknown): Effect.Effect<number, ConcurrencyError> =>
 /**
  * The default multiplicative decrease. Gentler than TCP's 0.5 (Netflix's concurrency-limits
  * uses 0.9): a halving empties a worker whose refused tasks wait their backoff; with 0.75 the
- * work that reached the downstream in `bench/adaptive` averaged its knee (15.9 of 16), with 0.5
- * it averaged 13.4.
+ * work that reached the downstream in `bench/adaptive.ts` averaged its knee, with 0.5 it stayed
+ * below it (the figures are in `bench/README.md`).
  *
  * @since 0.1.0
  * @category constants

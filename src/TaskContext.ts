@@ -128,9 +128,9 @@ export const awaitable = <R>(
 /**
  * A task's context. `signal` and `logger` are made when first read (an `AbortController` costs
  * microseconds on Node, and most Effect handlers never read it), by getters of the class rather
- * than of each context: an object literal with getters of its own measured 0.6 µs to make on
- * Deno and 2.3 µs on Node. So a spread (`{ ...ctx }`) does not copy them: pass the context
- * itself on, or name its fields.
+ * than of each context: an object literal with getters of its own cost more to make on Deno and
+ * on Node, per task (`bench/engine.ts`; the figures are in `bench/README.md`). So a spread
+ * (`{ ...ctx }`) does not copy them: pass the context itself on, or name its fields.
  */
 class Live implements TaskContext {
   readonly taskId: string

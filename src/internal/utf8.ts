@@ -1,8 +1,9 @@
 /**
  * UTF-8 for the codec, through `node:buffer` (Deno has it too), as every delivery decodes one
- * message and encodes at least two. For a 90-byte message, `TextEncoder.encode` measured 1.3 µs
- * on Node 20 and Deno 2.9, `Buffer.from` 0.11 µs on Node and 0.2 µs on Deno; a fatal
- * `TextDecoder` 0.28 µs on Deno, `isUtf8` then `toString` 0.05 µs.
+ * message and encodes at least two: for a small message, `Buffer.from` encodes several times
+ * faster than `TextEncoder.encode` on Node and Deno, and `isUtf8` then `toString` decodes faster
+ * than a fatal `TextDecoder` (a cost `bench/engine.ts` sees; the figures are in
+ * `bench/README.md`).
  */
 import { Buffer, isUtf8 } from "node:buffer"
 
