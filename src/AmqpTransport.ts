@@ -108,12 +108,13 @@ export const make = (
     })
     const publishOn = confirms.publish
     // Connected, a publish is one step.
-    const publish: Transport["Type"]["publish"] = (body, type) =>
+    const publish: Transport["Type"]["publish"] = (body, type, options) =>
       Effect.suspend(() => {
         const session = current.now
+        const headers = options?.headers
         return session !== undefined
-          ? publishOn(session, body, type)
-          : Effect.flatMap(nextSession, (next) => publishOn(next, body, type))
+          ? publishOn(session, body, type, headers)
+          : Effect.flatMap(nextSession, (next) => publishOn(next, body, type, headers))
       })
 
     return Transport.of({

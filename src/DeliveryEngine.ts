@@ -4,16 +4,18 @@
  * limit, `started`, the handler under its time limit with throttled progress and a kept lease,
  * then the conclusion (terminal message confirmed, **then** ack) or a requeue — to exactly one
  * {@link Decision}. The work is in `internal/delivery/`: the planner (`plan.ts`), the handler's
- * run (`handler.ts`), the settlement (`settle.ts`), a delivery's whole life (`deliver.ts`) and
- * the pool (`pool.ts`); `docs/architecture.md` follows a delivery through them.
+ * run (`handler.ts`), the settlement (`settle.ts`), a delivery's whole life (`deliver.ts`), the
+ * pool (`pool.ts`) and, under the app's tracer, its spans (`tracing.ts`); `docs/architecture.md`
+ * follows a delivery through them.
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, HashMap, Layer, Schema, Scope } from "effect"
+import { Context, Duration, Effect, FiberRef, HashMap, Layer, Schema, Scope } from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import { Closing, type EngineContext } from "./internal/delivery/context.ts"
 import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.ts"
 import * as Pool from "./internal/delivery/pool.ts"
+import { makeTracing } from "./internal/delivery/tracing.ts"
 import { backoff as backoffOf } from "./internal/delivery/settle.ts"
 import { OutputGate } from "./internal/outputGate.ts"
 import * as Timers from "./internal/timers.ts"
@@ -74,6 +76,7 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
     // its task's own (closed when the task ends), or its resources would live as long as the
     // worker.
     const services = yield* Effect.context<R>()
+    const clock = yield* Effect.clock
     const ctx: EngineContext<A, O, R> = {
       worker,
       settings,
@@ -81,7 +84,7 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       throttle: yield* ProgressThrottle,
       renewal: yield* LeaseRenewal,
       timers: yield* Timers.make,
-      clock: yield* Effect.clock,
+      clock,
       runtime,
       limiter: yield* Concurrency.makeLimiter(worker.policy, settings.concurrency, worker.weight),
       gate: new OutputGate(),
@@ -89,6 +92,14 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       handlerContext: Context.omit(Scope.Scope)(services) as Context.Context<R>,
       decodeInput: Schema.decodeUnknownEither(worker.input),
       encodeOutput: Schema.encodeUnknownEither(worker.output),
+      tracing: makeTracing({
+        tracer: yield* Effect.tracer,
+        enabled: yield* FiberRef.get(FiberRef.currentTracerEnabled),
+        clock,
+        services: services as Context.Context<never>,
+        inQueue: settings.inQueue,
+        outQueue: settings.outQueue,
+      }),
       loggerFor: (info) => TaskContext.makeLogger({ ...info, service: worker.name }, runtime),
       baseAnnotations: HashMap.make(["service", worker.name] as [string, unknown]),
       timeoutMillis: Duration.toMillis(settings.taskTimeout),

@@ -1,13 +1,15 @@
 /**
- * The life of a worker process: settings first, startup hooks, consume, then on SIGTERM or
- * SIGINT (or when a job is done) the bounded shutdown — drain, shutdown hooks, close — and the
- * spec's exit code. Process-free: the process comes from the {@link Process} service.
+ * The life of a worker, one for its three entry points: the settings first, the startup hooks,
+ * the transport and consuming; then, when its scope closes (a signal, an app's shutdown), the
+ * bounded drain, the shutdown hooks, and the transport closed — only then what the scope's owner
+ * holds. `Worker.serve` and `Worker.layer` live it inside a program ({@link start}); `Worker.run`
+ * and the CLI as the process ({@link run}), with probes, signals and the spec's exit code.
+ * Process-free: the process comes from the {@link Process} service.
  *
  * @since 0.1.0
  */
 import {
   Cause,
-  Clock,
   Context,
   Data,
   Duration,
@@ -19,30 +21,40 @@ import {
   Logger,
   Option,
   Queue,
-  Schedule,
+  Redacted,
   Scope,
   Stream,
   SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "./AmqpTransport.ts"
-import { errorText } from "./internal/describe.ts"
-import { kindOf } from "./internal/handlerResult.ts"
+import { errorKind, errorMessage } from "./internal/describe.ts"
+import { watchHandlers } from "./internal/handlerWatch.ts"
 import * as Hooks from "./internal/hooks.ts"
-import * as JobMode from "./JobMode.ts"
+import { layerMemoryTrial } from "./internal/memoryTrial.ts"
+import { runShutdownHooks } from "./internal/shutdownHooks.ts"
 import { VERSION } from "./internal/version.ts"
-import * as MemoryBroker from "./MemoryBroker.ts"
+import * as JobMode from "./JobMode.ts"
 import * as Probes from "./Probes.ts"
+import * as ProcessModule from "./Process.ts"
+import { type ExitCode, Process } from "./Process.ts"
 import * as Prometheus from "./Prometheus.ts"
 import * as RuntimeMetrics from "./RuntimeMetrics.ts"
-import { type ExitCode, Process, type Signal } from "./Process.ts"
 import * as Settings from "./Settings.ts"
 import { type ConnectionStatus, Transport } from "./Transport.ts"
 import type * as Worker from "./WorkerDefinition.ts"
+import {
+  type BrokerUnreachable,
+  type IdleHookError,
+  ProbeError,
+  type SettingsError,
+  StartupHookError,
+  type TransportError,
+} from "./WorkerError.ts"
+import * as WorkerLogger from "./WorkerLogger.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
-import { type IdleHookError, ProbeError, type TransportError } from "./WorkerError.ts"
 
 /**
- * Where the process is in its life.
+ * Where the worker is in its life.
  *
  * @since 0.1.0
  * @category models
@@ -66,19 +78,46 @@ export type LifecycleState = Data.TaggedEnum<{
 export const LifecycleState = Data.taggedEnum<LifecycleState>()
 
 /**
+ * How to live a worker's life.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LifeOptions {
+  /**
+   * Settings given in code; they win over the environment. Settings in the context (a
+   * `Settings` layer the app provides) win over both.
+   */
+  readonly settings?: Settings.SettingsOverrides | undefined
+  /**
+   * The transport. By default a `Transport` in the context, else RabbitMQ at `BROKER_URL` (or
+   * the embedded broker with `WORKER_TRANSPORT=memory`).
+   */
+  readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
+  /** The `/__version__` document (default `/app/version.json`). */
+  readonly versionFile?: string | undefined
+}
+
+/**
  * How to run a worker process.
  *
  * @since 0.1.0
  * @category models
  */
-export interface RunOptions {
-  /** Settings given in code; they win over the environment. */
-  readonly settings?: Settings.SettingsOverrides | undefined
-  /** The `/__version__` document (default `/app/version.json`). */
-  readonly versionFile?: string | undefined
-  /** The transport; by default RabbitMQ at `BROKER_URL`, or the embedded broker (`WORKER_TRANSPORT=memory`). */
-  readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
+export interface RunOptions extends LifeOptions {
+  /** Ends the worker as a signal would (`Worker.run`'s handle): a clean stop, exit code 0. */
+  readonly stop?: Effect.Effect<void> | undefined
 }
+
+/**
+ * Why a worker could not start: its settings, a startup hook, or its transport (refused
+ * credentials, a queue declared with other arguments, no `BROKER_URL`, a job's broker out of
+ * reach past `WORKER_JOB_CONNECT_TIMEOUT_S`).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StartError = SettingsError | StartupHookError | TransportError | BrokerUnreachable
 
 /**
  * The most the shutdown may take after the first signal: the grace period (at least 5 s), then
@@ -89,142 +128,6 @@ export interface RunOptions {
  */
 export const shutdownBound = (grace: Duration.Duration): Duration.Duration =>
   Duration.sum(Duration.max(grace, Duration.seconds(5)), Duration.seconds(17))
-
-class StartupFailed extends Data.TaggedError("StartupFailed")<{ readonly cause: unknown }> {}
-
-/**
- * Runs hooks in order, all of them within `budget`, each with what is left of it. A hook that
- * refuses to be interrupted is left behind (`disconnect`) when its time is up, so that the hooks
- * after it still run.
- */
-const runShutdownHooks = <R>(
-  hooks: ReadonlyArray<Worker.Hook<R>>,
-  budget: Duration.Duration,
-): Effect.Effect<boolean, never, R> =>
-  Effect.gen(function* () {
-    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(budget)
-    let clean = true
-    for (const [i, hook] of hooks.entries()) {
-      // A hook still starts once the budget is spent, with a millisecond: time for one that
-      // finishes at once (a flush) after one that hung, well within the bound's slack.
-      const left = Math.max(1, deadline - (yield* Clock.currentTimeMillis))
-      const result = yield* Hooks.toEffect(hook).pipe(
-        Effect.interruptible,
-        Effect.disconnect,
-        Effect.timeoutOption(Duration.millis(left)),
-        Effect.either,
-      )
-      if (Either.isLeft(result)) {
-        clean = false
-        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${errorText(result.left)}`)
-      } else if (Option.isNone(result.right)) {
-        clean = false
-        yield* Effect.logError(
-          `Shutdown hook ${i + 1} did not finish within the shutdown hooks' time (${
-            Duration.format(budget)
-          })`,
-        )
-      }
-    }
-    return clean
-  })
-
-/** A handler call still running. */
-interface Running {
-  readonly taskId: string
-  readonly startedAt: number
-  /** An `async` handler's Promise. */
-  readonly promise?: Promise<unknown>
-}
-
-/**
- * The worker with its handler calls watched, for `/health` and the shutdown: a handler still
- * running long past its deadline has stopped answering to interruption, and an `async` handler
- * whose Promise is still pending after the drain ignored its `AbortSignal`.
- */
-const watchHandlers = <A, I, O, R>(worker: Worker.Worker<A, I, O, R>, clock: Clock.Clock) => {
-  const running = new Set<Running>()
-  const watched: Worker.Worker<A, I, O, R> = {
-    ...worker,
-    handler: (input, ctx) => {
-      const startedAt = clock.unsafeCurrentTimeMillis()
-      const result = worker.handler(input, ctx)
-      const kind = kindOf(result)
-      if (kind === "effect") {
-        const effect = result as Effect.Effect<O, unknown, R>
-        const call: Running = { taskId: ctx.taskId, startedAt }
-        running.add(call)
-        return Effect.ensuring(effect, Effect.sync(() => void running.delete(call)))
-      }
-      if (kind === "value") return result
-      const promise = Promise.resolve(result as PromiseLike<O>)
-      const call: Running = { taskId: ctx.taskId, startedAt, promise }
-      const settled = () => void running.delete(call)
-      running.add(call)
-      promise.then(settled, settled)
-      return promise
-    },
-  }
-  /** The first call running past `limit` after its start, if any. */
-  const overrun = (limit: Duration.Duration): Option.Option<Running> => {
-    const since = clock.unsafeCurrentTimeMillis() - Duration.toMillis(limit)
-    for (const call of running) if (call.startedAt < since) return Option.some(call)
-    return Option.none()
-  }
-  const pending = () => [...running].filter((call) => call.promise !== undefined)
-  return { watched, overrun, pending }
-}
-
-/**
- * The embedded broker for local trials: each line of standard input is a task (a whole
- * envelope, or just its `data.body`), each message published is printed on standard output,
- * and intake stops once input has ended and every task is settled.
- */
-const layerMemoryTrial: Layer.Layer<Transport, never, Settings.Settings | Process> = Layer.scoped(
-  Transport,
-  Effect.gen(function* () {
-    const broker = yield* MemoryBroker.make()
-    const settings = yield* Settings.Settings
-    const process = yield* Process
-    const transport = yield* broker.transport({
-      inQueue: settings.inQueue,
-      outQueue: settings.outQueue,
-      capacity: settings.concurrency,
-      leaseDuration: settings.consumerTimeout,
-    })
-    let n = 0
-    const toEnvelope = (line: string): string => {
-      try {
-        const parsed: unknown = JSON.parse(line)
-        if (typeof parsed === "object" && parsed !== null && "task_id" in parsed) return line
-      } catch {
-        return line // not JSON: published as it is, to be refused as poison, as RabbitMQ would
-      }
-      n += 1
-      return `{"task_id":"local-${n}","data":{"message_type":"submission","body":${line}}}`
-    }
-    const settled = Effect.zipWith(
-      broker.ready(settings.inQueue),
-      broker.unacked(settings.inQueue),
-      (ready, unacked) => ready + unacked === 0,
-    )
-    yield* process.stdinLines.pipe(
-      Stream.filter((line) => line.trim() !== ""),
-      Stream.runForEach((line) => broker.publish(settings.inQueue, toEnvelope(line))),
-      Effect.zipRight(
-        settled.pipe(Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (s) => s })),
-      ),
-      Effect.zipRight(transport.stopIntake),
-      Effect.forkScoped,
-    )
-    const decoder = new TextDecoder()
-    return Transport.of({
-      ...transport,
-      publish: (body, type) =>
-        Effect.tap(transport.publish(body, type), () => process.writeOut(decoder.decode(body))),
-    })
-  }),
-)
 
 /**
  * The process's transport: RabbitMQ at `BROKER_URL`, or the embedded broker for local trials.
@@ -237,49 +140,22 @@ export const layerTransport = (
 ): Layer.Layer<Transport, TransportError, Settings.Settings | Process> =>
   settings.transport === "memory" ? layerMemoryTrial : AmqpTransport.layer
 
-/** What the steps of a process's life share: where it is, and what it has started. */
+/** A worker's life: what its steps share. */
 interface Life<A, I, O, R> {
   readonly worker: Worker.Worker<A, I, O, R>
   readonly settings: Settings.WorkerSettings
-  readonly options: RunOptions
+  readonly options: LifeOptions
   readonly state: SubscriptionRef.SubscriptionRef<LifecycleState>
   readonly handlers: ReturnType<typeof watchHandlers<A, I, O, R>>
-  /** Where the transport and the running worker live: closed after the shutdown hooks. */
-  readonly workerScope: Scope.CloseableScope
-  running: Worker.RunningWorker | undefined
+  readonly probes: Probes.ProbeServerOptions
   connection: SubscriptionRef.SubscriptionRef<ConnectionStatus> | undefined
-  startupDone: boolean
+  /** Whether the shutdown hooks all ended in time, once they have run. */
+  hooksClean: boolean
 }
-
-/** The settings, checked: a configuration problem is one line on stderr and exit code 2. */
-const readSettings = <A, I, O, R>(
-  worker: Worker.Worker<A, I, O, R>,
-  options: RunOptions,
-): Effect.Effect<Either.Either<Settings.WorkerSettings, string>> =>
-  Effect.gen(function* () {
-    const read = yield* Effect.either(
-      Settings.make(
-        { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-        options.settings,
-      ),
-    )
-    if (Either.isLeft(read)) return Either.left(read.left.message)
-    const settings = read.right
-    if (
-      options.transport === undefined && settings.transport === "amqp" &&
-      Option.isNone(settings.brokerUrl)
-    ) {
-      return Either.left(
-        "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
-          "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
-      )
-    }
-    return Either.right(settings)
-  })
 
 /** The readiness components: the SDK's own (`broker`, `draining`), then the worker's probes. */
 const readiness = <A, I, O, R>(
-  life: Life<A, I, O, R>,
+  life: Omit<Life<A, I, O, R>, "probes">,
   context: Context.Context<R>,
 ): ReadonlyArray<Probes.ReadinessComponent> => [
   {
@@ -312,10 +188,13 @@ const readiness = <A, I, O, R>(
   })),
 ]
 
-/** The probe server, up from the start to the end of the shutdown (in `run`'s own scope). */
-const serveProbes = <A, I, O, R>(life: Life<A, I, O, R>, context: Context.Context<R>) => {
+/** What the probes read of the life: `/health` a handler past its deadline, `/ready`, `/metrics`. */
+const probesOf = <A, I, O, R>(
+  life: Omit<Life<A, I, O, R>, "probes">,
+  context: Context.Context<R>,
+): Probes.ProbeServerOptions => {
   const settings = life.settings
-  return Probes.make({
+  return {
     host: settings.healthCheckHost,
     port: settings.healthCheckPort,
     health: Effect.sync(() =>
@@ -335,47 +214,146 @@ const serveProbes = <A, I, O, R>(life: Life<A, I, O, R>, context: Context.Contex
     metrics: Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition),
     sdkVersion: VERSION,
     ...(life.options.versionFile === undefined ? {} : { versionFile: life.options.versionFile }),
-  })
+  }
 }
 
-/** How the worker's consuming ends: its transport or hook failing, a job done, `stop()`. */
-const consumingEnds = <A, I, O, R>(
+/** The settings: the context's, else the definition's with the environment and the overrides. */
+const settingsOf = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: LifeOptions,
+): Effect.Effect<Settings.WorkerSettings, SettingsError> =>
+  Effect.flatMap(
+    Effect.serviceOption(Settings.Settings),
+    Option.match({
+      onSome: Effect.succeed,
+      onNone: () => Settings.make(worker, options.settings),
+    }),
+  )
+
+/** The worker's log line of this life: its level, and how much of an error's text it shows. */
+const logged = <A, E, R>(settings: Settings.WorkerSettings, effect: Effect.Effect<A, E, R>) =>
+  effect.pipe(
+    Logger.withMinimumLogLevel(settings.logLevel),
+    Effect.locally(WorkerLogger.currentErrorText, settings.logErrorText),
+    Effect.locally(
+      WorkerLogger.currentRedactions,
+      Option.match(settings.brokerUrl, {
+        onNone: () => [],
+        onSome: (url) => {
+          try {
+            return [decodeURIComponent(new URL(Redacted.value(url)).password)]
+          } catch {
+            return []
+          }
+        },
+      }),
+    ),
+  )
+
+/** A life of `worker` with `settings`, in the `Starting` state, its runtime figures sampled. */
+const prepare = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  settings: Settings.WorkerSettings,
+  options: LifeOptions,
+): Effect.Effect<Life<A, I, O, R>, never, Scope.Scope | R> =>
+  Effect.gen(function* () {
+    yield* RuntimeMetrics.make()
+    const context = yield* Effect.context<R>()
+    const life: Omit<Life<A, I, O, R>, "probes"> = {
+      worker,
+      settings,
+      options,
+      state: yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting()),
+      handlers: watchHandlers(worker, yield* Effect.clock),
+      connection: undefined,
+      hooksClean: true,
+    }
+    return Object.assign(life, { probes: probesOf(life, context) })
+  })
+
+/**
+ * The process in context, else the real one: the embedded broker of a local trial
+ * (`WORKER_TRANSPORT=memory`) reads its tasks from standard input.
+ */
+const withProcess = <A, E, R>(effect: Effect.Effect<A, E, R | Process>): Effect.Effect<A, E, R> =>
+  Effect.flatMap(
+    Effect.serviceOption(Process),
+    (given) =>
+      Option.isSome(given) ? effect : Effect.provideService(effect, Process, ProcessModule.live),
+  ) as Effect.Effect<A, E, R>
+
+/** Completes once the transport is connected; fails at once if the worker fails first. */
+const awaitConnected = (
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  running: Worker.RunningWorker,
+): Effect.Effect<void, TransportError | IdleHookError> =>
+  Effect.raceFirst(
+    status.changes.pipe(Stream.takeUntil((s) => s === "connected"), Stream.runDrain),
+    Effect.zipRight(running.await, Effect.never),
+  )
+
+/**
+ * The shutdown, as a finalizer of the life's scope: the drain within the grace (`skipGrace` ends
+ * it early), then the shutdown hooks; bounded by {@link shutdownBound} whatever they do. The
+ * transport, built earlier in the same scope, closes after it.
+ */
+const shutdown = <A, I, O, R>(
   life: Life<A, I, O, R>,
   running: Worker.RunningWorker,
-  transport: Transport["Type"],
-): Effect.Effect<void, TransportError | IdleHookError | JobMode.BrokerUnreachable> => {
-  const settings = life.settings
-  const ended = settings.mode !== "job" ? running.await : Effect.raceFirst(
-    Effect.raceFirst(
-      running.await,
-      JobMode.awaitIdle(running.inFlight, transport.status, settings.jobIdleTimeout).pipe(
-        Effect.tap(() =>
-          Effect.logInfo(`Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`)
-        ),
-      ),
-    ),
-    JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
+  skipGrace: Effect.Effect<void> | undefined,
+): Effect.Effect<void, never, R> => {
+  const bound = shutdownBound(life.settings.shutdownGrace)
+  return Effect.gen(function* () {
+    yield* SubscriptionRef.set(life.state, LifecycleState.Draining())
+    yield* running.drain(skipGrace === undefined ? {} : { skipGrace })
+    life.hooksClean = yield* runShutdownHooks(
+      life.worker.onShutdown,
+      life.settings.shutdownHooksTimeout,
+    )
+  }).pipe(
+    // A shutdown that refuses to be interrupted is left behind, not awaited.
+    Effect.interruptible,
+    Effect.disconnect,
+    Effect.timeoutOption(bound),
+    Effect.flatMap(Option.match({
+      onSome: () => Effect.void,
+      onNone: () => {
+        life.hooksClean = false
+        return Effect.logError(`The shutdown did not end within ${Duration.format(bound)}`)
+      },
+    })),
   )
-  // `worker.stop()` ends the worker as a signal would.
-  return Effect.raceFirst(ended, running.stopRequested)
 }
 
-/** The worker's startup hooks, its transport and its consuming, to the end of consuming. */
-const consume = <A, I, O, R>(life: Life<A, I, O, R>) =>
+/**
+ * The startup and the consuming: the startup hooks, the transport (built in the scope), the
+ * worker consuming, connected. The shutdown is set as the scope's next finalizer.
+ */
+const begin = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  skipGrace?: Effect.Effect<void>,
+): Effect.Effect<
+  Worker.RunningWorker,
+  StartupHookError | TransportError | IdleHookError | BrokerUnreachable,
+  Scope.Scope | R
+> =>
   Effect.gen(function* () {
     const { settings, worker } = life
     for (const hook of worker.onStartup) {
-      yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupFailed({ cause })))
+      yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupHookError({ cause })))
     }
-    life.startupDone = true
-    const transportContext = yield* Layer.buildWithScope(
-      life.options.transport ?? layerTransport(settings),
-      life.workerScope,
-    ).pipe(Effect.provideService(Settings.Settings, settings))
-    const transport = Context.get(transportContext, Transport)
+    const given = yield* Effect.serviceOption(Transport)
+    const transport = Option.isSome(given) && life.options.transport === undefined
+      ? given.value
+      : Context.get(
+        yield* Layer.build(life.options.transport ?? layerTransport(settings)).pipe(
+          Effect.provideService(Settings.Settings, settings),
+          withProcess,
+        ),
+        Transport,
+      )
     life.connection = transport.status
     const running = yield* WorkerProgram.start(life.handlers.watched).pipe(
-      Scope.extend(life.workerScope),
       Effect.provideService(
         Transport,
         settings.mode === "job"
@@ -389,91 +367,235 @@ const consume = <A, I, O, R>(life: Life<A, I, O, R>) =>
       ),
       Effect.provideService(Settings.Settings, settings),
     )
-    life.running = running
+    yield* Effect.addFinalizer(() => shutdown(life, running, skipGrace))
     yield* SubscriptionRef.set(life.state, LifecycleState.Running())
     yield* Effect.logInfo(
       `Worker ${worker.name} started in ${settings.mode} mode on ${settings.inQueue}`,
     )
-    yield* consumingEnds(life, running, transport)
-    return 0 as const
+    const connected = awaitConnected(transport.status, running)
+    // A job waits for its broker only so long.
+    yield* settings.mode === "job"
+      ? Effect.raceFirst(
+        connected,
+        JobMode.failWhenUnreachable(transport.status, settings.jobConnectTimeout),
+      )
+      : connected
+    return running
   })
 
-/** {@link consume}, its failures made exit codes: it never fails. */
-const main = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect<ExitCode, never, R | Process> =>
-  consume(life).pipe(
-    Effect.catchAll((error) => {
-      switch (error._tag) {
-        case "StartupFailed":
-          return Effect.as(
-            Effect.logError(`A startup hook failed: ${errorText(error.cause)}`),
-            1 as const,
-          )
-        case "BrokerUnreachable":
-        case "IdleHookError":
-          return Effect.as(Effect.logError(error.message), 1 as const)
-        case "TransportError":
-          // The transport has logged it; refused credentials or a conflicting queue are
-          // configuration, which no restart mends.
-          return Effect.succeed(error.isConfiguration ? 2 as const : 1 as const)
-      }
-    }),
-    // A defect (in the transport, the engine) is a failure of the process, not of `run`: the
-    // shutdown must still drain, run the hooks and close.
-    Effect.catchAllCause((cause) =>
-      Cause.isInterruptedOnly(cause)
-        ? Effect.failCause(cause)
-        : Effect.as(Effect.logError("The worker failed", cause), 1 as const)
+/** How consuming ends: the transport or `onIdle` failing, a job done, `worker.stop()`. */
+const consumingEnds = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  running: Worker.RunningWorker,
+): Effect.Effect<void, TransportError | IdleHookError | BrokerUnreachable> => {
+  const settings = life.settings
+  const status = life.connection!
+  const ended = settings.mode !== "job" ? running.await : Effect.raceFirst(
+    Effect.raceFirst(
+      running.await,
+      JobMode.awaitIdle(running.inFlight, status, settings.jobIdleTimeout).pipe(
+        Effect.tap(() =>
+          Effect.logInfo(`Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`)
+        ),
+      ),
     ),
+    JobMode.failWhenUnreachable(status, settings.jobConnectTimeout),
   )
+  return Effect.raceFirst(ended, running.stopRequested)
+}
 
 /**
- * The shutdown after `first` (the main program's code, or `None` for a signal): drain, stop the
- * main program (a signal during startup cancels the connection attempt and the startup hooks),
- * the shutdown hooks, close the transport, and wait for handlers that ignored their signal.
+ * Lives the worker's life in the current scope: settings, startup hooks, the transport,
+ * consuming — and completes once it is connected, with its probes (for `Probes.layer` or an
+ * app's own router). Closing the scope drains it (within the grace), runs the shutdown hooks
+ * and closes the transport, in that order. Fails, without starting, on invalid settings, a
+ * failing startup hook, refused credentials or a queue declared with other arguments.
+ *
+ * @since 0.1.0
+ * @category running
  */
-const shutdown = <A, I, O, R>(
-  life: Life<A, I, O, R>,
-  signals: Queue.Dequeue<Signal>,
-  mainFiber: Fiber.RuntimeFiber<ExitCode>,
-  first: Option.Option<ExitCode>,
-): Effect.Effect<ExitCode, never, R> =>
+export const start = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: LifeOptions = {},
+): Effect.Effect<
+  { readonly running: Worker.RunningWorker; readonly probes: Probes.ProbeServerOptions },
+  StartError | IdleHookError,
+  Scope.Scope | R
+> =>
   Effect.gen(function* () {
-    if (life.running !== undefined) {
-      yield* SubscriptionRef.set(life.state, LifecycleState.Draining())
-      yield* life.running.drain({
-        skipGrace: Queue.take(signals).pipe(
-          Effect.tap((signal) =>
-            Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
+    const settings = yield* settingsOf(worker, options)
+    return yield* logged(
+      settings,
+      Effect.gen(function* () {
+        const life = yield* prepare(worker, settings, options)
+        const running = yield* begin(life)
+        // After its start, a transport that fails for good is said, and the app decides what
+        // next; `worker.stop()` (or a job done) drains the worker at once.
+        yield* Effect.forkScoped(
+          consumingEnds(life, running).pipe(
+            Effect.matchEffect({
+              onFailure: (error) => Effect.logError(`The worker stopped: ${error.message}`),
+              onSuccess: () => running.drain(),
+            }),
           ),
-        ),
-      })
+        )
+        return { running, probes: life.probes }
+      }),
+    )
+  }).pipe(Effect.annotateLogs({ service: worker.name }))
+
+/**
+ * Lives the worker's life until consuming ends (intake stopped, a job done, `worker.stop()`) or
+ * the program is interrupted, then the bounded shutdown.
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const serve = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: LifeOptions = {},
+): Effect.Effect<void, StartError | IdleHookError | BrokerUnreachable, R> =>
+  Effect.scoped(Effect.gen(function* () {
+    const settings = yield* settingsOf(worker, options)
+    yield* logged(
+      settings,
+      Effect.gen(function* () {
+        const life = yield* prepare(worker, settings, options)
+        const running = yield* begin(life)
+        yield* consumingEnds(life, running)
+      }),
+    )
+  })).pipe(Effect.annotateLogs({ service: worker.name }))
+
+/** An error of the process's life as the spec's exit code, logged. */
+const exitCodeOf = (
+  error: StartupHookError | TransportError | IdleHookError | BrokerUnreachable,
+): Effect.Effect<ExitCode> => {
+  switch (error._tag) {
+    case "TransportError":
+      // The transport has logged it; refused credentials or a conflicting queue are
+      // configuration, which no restart mends.
+      return Effect.succeed(error.isConfiguration ? 2 : 1)
+    default:
+      return Effect.as(Effect.logError(error.message), 1)
+  }
+}
+
+/** The settings of the process, or the one line that says why not (exit code 2). */
+const processSettings = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  options: LifeOptions,
+): Effect.Effect<Either.Either<Settings.WorkerSettings, string>> =>
+  Effect.gen(function* () {
+    const read = yield* Effect.either(Settings.make(worker, options.settings)).pipe(
+      // A runtime that refuses to read the environment (Deno without --allow-env) says which
+      // permission and flag it wants in its message.
+      Effect.catchAllDefect((defect) =>
+        Effect.succeed(Either.left({
+          message: errorKind(defect) === "NotCapable"
+            ? `A Deno permission is missing: ${errorMessage(defect)}`
+            : `The settings could not be read: ${errorMessage(defect)}`,
+        }))
+      ),
+    )
+    if (Either.isLeft(read)) return Either.left(read.left.message)
+    const settings = read.right
+    if (
+      options.transport === undefined && settings.transport === "amqp" &&
+      Option.isNone(settings.brokerUrl)
+    ) {
+      return Either.left(
+        "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
+          "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
+      )
     }
-    yield* Fiber.interrupt(mainFiber)
-    const hooksClean = life.startupDone
-      ? yield* runShutdownHooks(life.worker.onShutdown, life.settings.shutdownHooksTimeout)
-      : true
-    yield* Scope.close(life.workerScope, Exit.void)
+    return Either.right(settings)
+  })
+
+/** The process's life after its settings: probes, the worker until it ends or a signal, the shutdown. */
+const live = <A, I, O, R>(
+  worker: Worker.Worker<A, I, O, R>,
+  settings: Settings.WorkerSettings,
+  options: RunOptions,
+): Effect.Effect<ExitCode, never, Process | R | Scope.Scope> =>
+  Effect.gen(function* () {
+    const process = yield* Process
+    const signals = yield* process.signals
+    const lifeScope = yield* Scope.make()
+    const life = yield* prepare(worker, settings, options)
+    // Up from the start to the end of the shutdown: in `run`'s own scope, outliving `lifeScope`.
+    const server = yield* Effect.either(Probes.make(life.probes))
+    if (Either.isLeft(server)) {
+      yield* process.writeErr(server.left.message)
+      return 2 as ExitCode
+    }
+    yield* Effect.logInfo(
+      `Probes on http://${settings.healthCheckHost}:${server.right.port} (/health, /ready, /metrics)`,
+    )
+    const skipGrace = Queue.take(signals).pipe(
+      Effect.tap((signal) =>
+        Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
+      ),
+      Effect.asVoid,
+    )
+    const main = yield* Effect.fork(
+      Effect.gen(function* () {
+        const running = yield* begin(life, skipGrace).pipe(Scope.extend(lifeScope))
+        yield* consumingEnds(life, running)
+        return 0 as ExitCode
+      }).pipe(
+        Effect.catchAll(exitCodeOf),
+        // A defect (in the transport, the engine) is a failure of the process, not of `run`:
+        // the shutdown must still drain, run the hooks and close.
+        Effect.catchAllCause((cause) =>
+          Cause.isInterruptedOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.as(Effect.logError("The worker failed", cause), 1 as ExitCode)
+        ),
+      ),
+    )
+    const first = yield* Effect.raceAll([
+      Fiber.join(main).pipe(Effect.map(Option.some)),
+      Queue.take(signals).pipe(
+        Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
+        Effect.as(Option.none<ExitCode>()),
+      ),
+      (options.stop ?? Effect.never).pipe(Effect.as(Option.none<ExitCode>())),
+    ])
+    const code = yield* closeLife(life, main, lifeScope, first)
+    yield* SubscriptionRef.set(life.state, LifecycleState.Stopped({ exitCode: code }))
+    return code
+  })
+
+/**
+ * The end of the process's life: a startup still under way is cancelled, the life's scope closed
+ * (the drain, the shutdown hooks, the transport), and handlers that ignored their signal waited
+ * for; raced against {@link shutdownBound} from outside, because a time limit inside a finalizer
+ * never fires.
+ */
+const closeLife = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  main: Fiber.RuntimeFiber<ExitCode>,
+  lifeScope: Scope.CloseableScope,
+  first: Option.Option<ExitCode>,
+): Effect.Effect<ExitCode, never, R> => {
+  const bound = shutdownBound(life.settings.shutdownGrace)
+  return Effect.gen(function* () {
+    yield* Fiber.interrupt(main)
+    yield* Scope.close(lifeScope, Exit.void)
     const pending = life.handlers.pending()
+    for (const call of pending) {
+      yield* Effect.logError(
+        `The handler of task ${call.taskId} ignored its AbortSignal and is still running`,
+      ).pipe(Effect.annotateLogs({ task_id: call.taskId }))
+    }
     if (pending.length > 0) {
-      for (const call of pending) {
-        yield* Effect.logError(
-          `The handler of task ${call.taskId} ignored its AbortSignal and is still running`,
-        ).pipe(Effect.annotateLogs({ task_id: call.taskId }))
-      }
       yield* Effect.promise(() => Promise.allSettled(pending.map((call) => call.promise)))
     }
     const code: ExitCode = Option.getOrElse(first, () => 0 as const)
-    return hooksClean ? code : (code === 0 ? 1 : code)
-  })
-
-/** {@link shutdown}, raced against {@link shutdownBound} from outside: it always ends in time. */
-const boundedShutdown = <A, I, O, R>(
-  life: Life<A, I, O, R>,
-  shutdownEffect: Effect.Effect<ExitCode, never, R>,
-): Effect.Effect<ExitCode, never, R> => {
-  const bound = shutdownBound(life.settings.shutdownGrace)
-  // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
-  return shutdownEffect.pipe(
+    return life.hooksClean ? code : (code === 0 ? 1 : code)
+  }).pipe(
+    // `disconnect`: a shutdown that refuses to be interrupted is left behind, not awaited.
     Effect.disconnect,
     Effect.timeoutOption(bound),
     Effect.flatMap(Option.match({
@@ -490,54 +612,10 @@ const boundedShutdown = <A, I, O, R>(
   )
 }
 
-/** The life after the settings: probes, the main program until it ends or a signal, the shutdown. */
-const live = <A, I, O, R>(
-  worker: Worker.Worker<A, I, O, R>,
-  settings: Settings.WorkerSettings,
-  options: RunOptions,
-) =>
-  Effect.gen(function* () {
-    const process = yield* Process
-    const context = yield* Effect.context<R>()
-    const signals = yield* process.signals
-    const life: Life<A, I, O, R> = {
-      worker,
-      settings,
-      options,
-      state: yield* SubscriptionRef.make<LifecycleState>(LifecycleState.Starting()),
-      handlers: watchHandlers(worker, yield* Effect.clock),
-      workerScope: yield* Scope.make(),
-      running: undefined,
-      connection: undefined,
-      startupDone: false,
-    }
-    yield* RuntimeMetrics.make()
-    const probes = yield* Effect.either(serveProbes(life, context))
-    if (Either.isLeft(probes)) {
-      yield* process.writeErr(probes.left.message)
-      return 2 as ExitCode
-    }
-    yield* Effect.logInfo(
-      `Probes on http://${settings.healthCheckHost}:${probes.right.port} (/health, /ready, /metrics)`,
-    )
-    const mainFiber = yield* Effect.fork(main(life))
-    const first = yield* Effect.raceFirst(
-      Fiber.join(mainFiber).pipe(Effect.map(Option.some)),
-      Queue.take(signals).pipe(
-        Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
-        Effect.as(Option.none<ExitCode>()),
-      ),
-    )
-    const code = yield* boundedShutdown(life, shutdown(life, signals, mainFiber, first))
-    yield* SubscriptionRef.set(life.state, LifecycleState.Stopped({ exitCode: code }))
-    return code
-  }).pipe(Logger.withMinimumLogLevel(settings.logLevel))
-
 /**
  * The whole life of a worker process, as an Effect that returns the exit code and never exits
  * the process itself (`Worker.run` and the CLI do). The shutdown after a signal is bounded by
- * {@link shutdownBound} whatever a handler, a hook or the broker does: it is raced against the
- * clock from outside, because a time limit inside a finalizer never fires.
+ * {@link shutdownBound} whatever a handler, a hook or the broker does.
  *
  * @since 0.1.0
  * @category running
@@ -548,11 +626,11 @@ export const run = <A, I, O, R>(
 ): Effect.Effect<ExitCode, never, Process | R> =>
   Effect.scoped(
     Effect.gen(function* () {
-      const read = yield* readSettings(worker, options)
+      const read = yield* processSettings(worker, options)
       if (Either.isLeft(read)) {
         yield* Effect.flatMap(Process, (process) => process.writeErr(read.left))
         return 2 as ExitCode
       }
-      return yield* live(worker, read.right, options)
+      return yield* logged(read.right, live(worker, read.right, options))
     }).pipe(Effect.annotateLogs({ service: worker.name })),
   )

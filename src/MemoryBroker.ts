@@ -24,6 +24,8 @@ export interface StoredMessage {
   readonly body: Uint8Array
   /** The AMQP `type` property the publisher set. */
   readonly type: string | undefined
+  /** The headers the publisher set (the engine's `traceparent`, say); `undefined` if none. */
+  readonly headers: Readonly<Record<string, unknown>> | undefined
 }
 
 /**
@@ -49,11 +51,18 @@ export interface TransportOptions {
  * @category tags
  */
 export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")<MemoryBroker, {
-  /** Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count`. */
+  /**
+   * Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count`, and
+   * `headers` (a `traceparent`, say) are delivered with the message.
+   */
   readonly publish: (
     queue: string,
     body: Uint8Array | string,
-    options?: { readonly type?: string; readonly deliveryCount?: number },
+    options?: {
+      readonly type?: string
+      readonly deliveryCount?: number
+      readonly headers?: Readonly<Record<string, unknown>>
+    },
   ) => Effect.Effect<StoredMessage, PublishError>
   /**
    * While `refusing`, every publish to `queue` fails (`nacked`), as RabbitMQ refuses publishes
@@ -116,6 +125,7 @@ const toDelivery = (
   const count = h.message.deliveryCount
   return {
     body: h.message.body,
+    headers: h.message.headers,
     redeliveries: classic
       ? flagged[count > 0 ? 1 : 0]!
       : counted[count] ?? Redeliveries.Counted({ count }),
@@ -188,12 +198,13 @@ export const make = (
       body: Uint8Array,
       type: string | undefined,
       deliveryCount = 0,
+      headers?: Readonly<Record<string, unknown>> | undefined,
     ) =>
       injected(queue, type)
         ? Effect.fail(new PublishError({ reason: "injected", messageType: type ?? "unknown" }))
         : refusing.size !== 0 && refusing.has(queue)
         ? Effect.fail(new PublishError({ reason: "nacked", messageType: type ?? "unknown" }))
-        : Effect.sync(() => core.publish(queue, body, type, deliveryCount))
+        : Effect.sync(() => core.publish(queue, body, type, deliveryCount, headers))
 
     const transport = (o: TransportOptions) =>
       Effect.gen(function* () {
@@ -212,7 +223,7 @@ export const make = (
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
           take: consumer.inbox.takeMap((h) => toDelivery(core, h, classic, duration)),
-          publish: (body, type) => publish(o.outQueue, body, type),
+          publish: (body, type, options) => publish(o.outQueue, body, type, 0, options?.headers),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
           stopIntake: Effect.sync(() => {
             core.cancel(consumer)
@@ -230,6 +241,7 @@ export const make = (
           typeof body === "string" ? encoder.encode(body) : body,
           opts?.type,
           opts?.deliveryCount,
+          opts?.headers === undefined ? undefined : { ...opts.headers },
         ),
       refusePublishes: (queue, refuse) =>
         Effect.sync(() => void (refuse ? refusing.add(queue) : refusing.delete(queue))),

@@ -18,13 +18,13 @@
  * unanswered. Clients that reconnect as soon as they are closed thus evict one another in turn,
  * at most one eviction per connection accepted (no more work than refusing it), while a probe,
  * which sends its request as it connects, keeps its socket until its request is read or 2N - 1
- * newer connections have come. Node reads a new socket before it accepts more than one other
- * (measured). Deno accepts all the connections waiting before it reads the new ones: against 64
- * reconnecting slowloris clients and N = 32, a probe that gave way after N - 1 newer connections
- * was closed unread 3 to 7 times in 100, and after 2N - 1, never in 100 (against 128 such
- * clients, 7 times in 80; on Node, never). Refusing new connections at 2N rather than closing
- * one in its grace let 64 such clients, which then held every socket, refuse half the probes,
- * on Node and on Deno alike.
+ * newer connections have come. Node reads a new socket before it accepts more than one other.
+ * Deno accepts all the connections waiting before it reads the new ones: against reconnecting
+ * slowloris clients, a probe that gave way after N - 1 newer connections was sometimes closed
+ * unread, and after 2N - 1 never in the trials. Refusing new connections at 2N rather than
+ * closing one in its grace let such clients, which then held every socket, refuse many of the
+ * probes, on Node and on Deno alike. The trials' counts are in `bench/README.md` (Probe server),
+ * and `test/timed/ProbesSlowloris.test.ts` keeps the result.
  *
  * The routes themselves are an `@effect/platform` `HttpRouter` (`router`, and `httpApp` with the
  * probe server's answer to any other path), so that an app can serve them from its own
@@ -36,7 +36,7 @@
 import type * as HttpApp from "@effect/platform/HttpApp"
 import type * as HttpRouter from "@effect/platform/HttpRouter"
 import type { Cause, Option, Scope } from "effect"
-import { Duration, Effect } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import * as readinessInternal from "./internal/probeReadiness.ts"
 import * as routes from "./internal/probeRoutes.ts"
 import * as server from "./internal/probeServer.ts"
@@ -277,3 +277,44 @@ export const make = (
     })
     return { port }
   })
+
+/**
+ * A running worker's probes, as its lifecycle provides them (`Worker.layer`, `Worker.run`):
+ * where the standalone server listens (`HEALTH_CHECK_HOST`, `HEALTH_CHECK_PORT`) and what
+ * `/health`, `/ready` (the SDK's `broker` and `draining`, then the worker's own probes) and
+ * `/metrics` read.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class WorkerProbes extends Context.Tag("@async-task/worker/Probes/WorkerProbes")<
+  WorkerProbes,
+  ProbeServerOptions
+>() {}
+
+/**
+ * The probe routes of the worker in context, for an app to mount in its own router (e.g.
+ * `HttpRouter.mount("/worker", routes)`) or serve from its own server.
+ *
+ * @since 0.1.0
+ * @category routes
+ */
+export const workerRouter: Effect.Effect<HttpRouter.HttpRouter, never, WorkerProbes | Scope.Scope> =
+  Effect.flatMap(WorkerProbes, router)
+
+/**
+ * The standalone probe server of the worker in context, on its own port, for as long as the
+ * layer lives.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<never, ProbeServerError, WorkerProbes> = Layer.scopedDiscard(
+  Effect.gen(function* () {
+    const options = yield* WorkerProbes
+    const server = yield* make(options)
+    yield* Effect.logInfo(
+      `Probes on http://${options.host}:${server.port} (/health, /ready, /metrics)`,
+    )
+  }),
+)

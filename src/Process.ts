@@ -82,6 +82,14 @@ const processService = Process.of({
 })
 
 /**
+ * The real process, as a service value.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const live: Process["Type"] = processService
+
+/**
  * The real process.
  *
  * @since 0.1.0
@@ -91,25 +99,36 @@ export const layer: Layer.Layer<Process> = Layer.succeed(Process, processService
 
 /**
  * Runs `program` as the process, logging JSON lines (see `WorkerLogger`), and exits with its
- * code (1 if it fails). Only an entry point (`Worker.run`, the CLI) calls it.
+ * code (1 if it fails), unless `exits` says not to; the Promise gives the code. Only an entry
+ * point (`Worker.run`, the CLI) calls it.
  *
  * @since 0.1.0
  * @category running
  */
-export const runMain = (program: Effect.Effect<ExitCode, never, Process>): void => {
-  // A running fiber holds nothing open: while the program waits on what has no timer or socket
-  // (a signal, a startup hook's bare Promise), the runtime would end the process with code 0.
-  const keepAlive = setInterval(() => {}, 2 ** 31 - 1)
-  Effect.runFork(
-    program.pipe(
-      Effect.provideService(Process, processService),
-      Effect.provide(WorkerLogger.layer),
-    ),
-  ).addObserver((exit) => {
-    clearInterval(keepAlive)
-    process.exit(Exit.isSuccess(exit) ? exit.value : 1)
+export const runMain = (
+  program: Effect.Effect<ExitCode, never, Process>,
+  options: {
+    /** Whether to exit the process with the code (default yes): not when its owner stopped it. */
+    readonly exits?: (() => boolean) | undefined
+  } = {},
+): Promise<ExitCode> =>
+  new Promise((resolve) => {
+    // A running fiber holds nothing open: while the program waits on what has no timer or
+    // socket (a signal, a startup hook's bare Promise), the runtime would end the process with
+    // code 0.
+    const keepAlive = setInterval(() => {}, 2 ** 31 - 1)
+    Effect.runFork(
+      program.pipe(
+        Effect.provideService(Process, processService),
+        Effect.provide(WorkerLogger.layer),
+      ),
+    ).addObserver((exit) => {
+      clearInterval(keepAlive)
+      const code: ExitCode = Exit.isSuccess(exit) ? exit.value : 1
+      if (options.exits?.() ?? true) process.exit(code)
+      resolve(code)
+    })
   })
-}
 
 /**
  * A process for tests: signals sent with `signal`, standard input given as lines, and what was

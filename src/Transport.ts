@@ -55,6 +55,16 @@ export interface Lease {
 }
 
 /**
+ * A message's application headers, as its broker carries them: on RabbitMQ, the AMQP `headers`
+ * table as amqplib decodes it (strings, numbers, booleans, nested tables, Buffers), which also
+ * holds the broker's own (`x-delivery-count`).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Headers = Readonly<Record<string, unknown>>
+
+/**
  * One message handed to the worker.
  *
  * @since 0.1.0
@@ -62,12 +72,31 @@ export interface Lease {
  */
 export interface Delivery {
   readonly body: Uint8Array
+  /**
+   * The message's headers, as the broker gave them (not copied); `undefined` when it has none. The
+   * engine reads one: a W3C `traceparent` (a string), to continue the producer's trace.
+   */
+  readonly headers?: Headers | undefined
   readonly redeliveries: Redeliveries
   readonly lease: Lease
   /** Settles the delivery for good. */
   readonly ack: Effect.Effect<void, LeaseLost | TransportError>
   /** Gives the message back to the queue, counted as a redelivery. */
   readonly requeue: Effect.Effect<void, LeaseLost | TransportError>
+}
+
+/**
+ * How a message is published, beyond its body and type.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface PublishOptions {
+  /**
+   * Headers set on the message (on RabbitMQ, its AMQP `headers`): the engine sets `traceparent`
+   * (W3C Trace Context) on the messages of a traced delivery, and nothing otherwise.
+   */
+  readonly headers?: Readonly<Record<string, string>> | undefined
 }
 
 /**
@@ -93,9 +122,14 @@ export class Transport extends Context.Tag("@async-task/worker/Transport")<Trans
   readonly take: Effect.Effect<Option.Option<Delivery>, TransportError>
   /**
    * Publishes to the output queue; completes only once the broker has confirmed, and fails
-   * within a bounded time otherwise (the engine sets no time limit of its own).
+   * within a bounded time otherwise (the engine sets no time limit of its own). `options.headers`
+   * go on the message as they are.
    */
-  readonly publish: (body: Uint8Array, type: MessageType) => Effect.Effect<void, PublishError>
+  readonly publish: (
+    body: Uint8Array,
+    type: MessageType,
+    options?: PublishOptions,
+  ) => Effect.Effect<void, PublishError>
   /** Changes the capacity at run time, without touching deliveries in hand. */
   readonly setCapacity: (capacity: number) => Effect.Effect<void>
   /** Stops intake: no new deliveries; those in hand may still be settled. */

@@ -4,17 +4,22 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer } from "effect"
+import { type Config, type ConfigError, Deferred, Effect, Layer } from "effect"
 import * as Lifecycle from "./Lifecycle.ts"
+import * as MemoryBroker from "./MemoryBroker.ts"
+import * as Probes from "./Probes.ts"
 import * as Process from "./Process.ts"
+import * as Settings from "./Settings.ts"
 import type { Worker } from "./WorkerDefinition.ts"
+import type { IdleHookError } from "./WorkerError.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
 
 export * from "./WorkerDefinition.ts"
 
 /**
- * Starts consuming in the current scope and returns the running worker; see
- * {@link WorkerProgram.start}.
+ * Starts consuming in the current scope and returns the running worker, with none of the
+ * lifecycle (settings from the context, no hooks): see {@link WorkerProgram.start}. An app
+ * uses {@link layer} or {@link serve}.
  *
  * @since 0.1.0
  * @category running
@@ -22,22 +27,96 @@ export * from "./WorkerDefinition.ts"
 export const start = WorkerProgram.start
 
 /**
- * Runs the worker until interrupted, then drains it within the grace period; see
- * {@link WorkerProgram.serve}.
+ * Lives the worker's whole life inside a program until it ends or the program is interrupted:
+ * settings (the definition's, the environment's, `options.settings`, or a `Settings` in the
+ * context), startup hooks, the transport (RabbitMQ at `BROKER_URL`, or a `Transport` in the
+ * context), consuming; then the bounded drain, the shutdown hooks, and the transport closed.
+ * Fails on what stops it from starting (invalid settings, a startup hook, refused credentials,
+ * a conflicting queue). Never exits the process.
  *
  * @since 0.1.0
  * @category running
  */
-export const serve = WorkerProgram.serve
+export const serve = Lifecycle.serve
 
 /**
- * The worker as a scoped layer inside a larger app: it consumes while the layer is alive and
- * drains when it is released.
+ * The worker as a scoped layer inside an app: built once the worker has started and connected
+ * (its settings, startup hooks and transport as {@link serve} has them; a failure to start fails
+ * the layer); released by the drain, the shutdown hooks and the transport's close, before the
+ * app's own services are. It provides the worker's probes: serve them with `Probes.layer` on
+ * their own port, or mount `Probes.workerRouter` in the app's router.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer = WorkerProgram.layerRunning
+export const layer = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options?: Lifecycle.LifeOptions,
+): Layer.Layer<Probes.WorkerProbes, Lifecycle.StartError | IdleHookError, R> =>
+  Layer.scoped(
+    Probes.WorkerProbes,
+    Effect.map(Lifecycle.start(worker, options), (life) => life.probes),
+  )
+
+/**
+ * {@link layer} with the settings read from `config` (e.g. an app's `Config.all({ … })`) on top
+ * of the environment and the definition.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  config: Config.Config<Settings.SettingsOverrides>,
+  options?: Omit<Lifecycle.LifeOptions, "settings">,
+): Layer.Layer<
+  Probes.WorkerProbes,
+  Lifecycle.StartError | IdleHookError | ConfigError.ConfigError,
+  R
+> =>
+  Layer.unwrapEffect(
+    Effect.map(config, (settings) => layer(worker, { ...options, settings })),
+  )
+
+/**
+ * {@link layer} on the embedded broker, which the layer provides too: the app (or its tests)
+ * publishes tasks with `MemoryBroker.publish` and reads what the worker published.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerMemory = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options?: Omit<Lifecycle.LifeOptions, "transport">,
+): Layer.Layer<
+  Probes.WorkerProbes | MemoryBroker.MemoryBroker,
+  Lifecycle.StartError | IdleHookError,
+  R
+> =>
+  Layer.unwrapScoped(Effect.gen(function* () {
+    const broker = Layer.succeed(MemoryBroker.MemoryBroker, yield* MemoryBroker.make())
+    const settings = yield* Settings.make(worker, options?.settings)
+    const transport = MemoryBroker.layerTransport().pipe(Layer.provide(broker))
+    return Layer.merge(layer(worker, { ...options, transport }), broker).pipe(
+      Layer.provide(Layer.succeed(Settings.Settings, settings)),
+    )
+  }))
+
+/**
+ * A worker process started by {@link run}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunningProcess {
+  /** The exit code, once the worker has ended (the process exits with it, unless stopped). */
+  readonly exited: Promise<Process.ExitCode>
+  /**
+   * Stops the worker as a signal would (the drain, the shutdown hooks, the close) without
+   * exiting the process: for a program that embeds the worker and owns its process.
+   */
+  readonly stop: () => Promise<Process.ExitCode>
+}
 
 /**
  * Runs the worker as the process: reads and validates the settings, runs the startup hooks,
@@ -49,21 +128,38 @@ export const layer = WorkerProgram.layerRunning
  * @since 0.1.0
  * @category running
  */
-export function run<A, I, O>(worker: Worker<A, I, O, never>, options?: Lifecycle.RunOptions): void
+export function run<A, I, O>(
+  worker: Worker<A, I, O, never>,
+  options?: Lifecycle.RunOptions,
+): RunningProcess
 export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options: Lifecycle.RunOptions & { readonly layer: Layer.Layer<R, unknown> },
-): void
+): RunningProcess
 export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options?: Lifecycle.RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
-): void {
-  Process.runMain(
-    Lifecycle.run(worker, options).pipe(
+): RunningProcess {
+  const stopped = Effect.runSync(Deferred.make<void>())
+  let owned = true
+  const exited = Process.runMain(
+    Lifecycle.run(worker, {
+      ...options,
+      stop: Effect.raceFirst(options?.stop ?? Effect.never, Deferred.await(stopped)),
+    }).pipe(
       Effect.provide(options?.layer ?? (Layer.empty as Layer.Layer<R>)),
       Effect.catchAllCause((cause) =>
         Effect.as(Effect.logError("The worker's services could not be built", cause), 1 as const)
       ),
     ),
+    { exits: () => owned },
   )
+  return {
+    exited,
+    stop: () => {
+      owned = false
+      Deferred.unsafeDone(stopped, Effect.void)
+      return exited
+    },
+  }
 }

@@ -8,10 +8,11 @@
 import { Cause, Duration, Effect, Exit, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import type { Drain } from "./Drain.ts"
+import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/hooks.ts"
 import type { TaskContext } from "./TaskContext.ts"
 import type { IdleHookError, TransportError } from "./WorkerError.ts"
-import { WorkerDefinitionError } from "./WorkerError.ts"
+import { type FatalError, type RetryableError, WorkerDefinitionError } from "./WorkerError.ts"
 
 /**
  * A handler: an Effect (failing with `FatalError` or `RetryableError`, and requiring `R`), or
@@ -21,10 +22,32 @@ import { WorkerDefinitionError } from "./WorkerError.ts"
  * @since 0.1.0
  * @category models
  */
-export type Handler<A, O, R> = (
+export type Handler<A, O, R, E = unknown> = (
   input: A,
   ctx: TaskContext,
-) => Effect.Effect<O, unknown, R> | PromiseLike<O>
+) => Effect.Effect<O, E, R> | PromiseLike<O>
+
+/** The tags of the handler's own tagged errors: those the SDK does not already know. */
+type DomainTags<E> = Exclude<
+  Extract<E, { readonly _tag: string }>["_tag"],
+  "FatalError" | "RetryableError"
+>
+
+/**
+ * What each of a handler's own tagged errors comes to, in one place: a `FatalError` (conclude
+ * with a code) or a `RetryableError` (retry with a policy). Given, it must name every tag the
+ * handler's Effect fails with — the compiler says which one is missing; without it, those
+ * errors conclude `INTERNAL_ERROR`. An `async` handler's rejections are mapped by their `_tag`
+ * too, without the compiler's check.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ErrorMapping<E> = {
+  readonly [K in DomainTags<E>]: (
+    error: Extract<E, { readonly _tag: K }>,
+  ) => FatalError | RetryableError
+}
 
 /**
  * What a worker author writes.
@@ -32,7 +55,7 @@ export type Handler<A, O, R> = (
  * @since 0.1.0
  * @category models
  */
-export interface WorkerDefinition<A, I, O, R> {
+export interface WorkerDefinition<A, I, O, R, E = unknown> {
   /** The service's name: the queues default to `<name>_queue_in` and `<name>_queue_out`. */
   readonly name: string
   /** Decodes `data.body`; a body it rejects is concluded `INVALID_INPUT`. */
@@ -54,7 +77,9 @@ export interface WorkerDefinition<A, I, O, R> {
    * or during shutdown. A failure ends the worker with that failure.
    */
   readonly onIdle?: Hook<R> | undefined
-  readonly handler: Handler<A, O, R>
+  readonly handler: Handler<A, O, R, E>
+  /** What the handler's own tagged errors come to; see {@link ErrorMapping}. */
+  readonly errors?: ErrorMapping<E> | undefined
   /** Run in order before the worker consumes; a failure stops the process with exit 1. */
   readonly onStartup?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
   /**
@@ -146,17 +171,46 @@ const hookList = <R>(
   return list.every(Hooks.isHook) ? list : undefined
 }
 
+type MapError = (error: never) => FatalError | RetryableError
+
+/** The handler, its own tagged errors mapped as `errors` says; anything else as it was. */
+const withErrors = <A, O, R, E>(
+  handler: Handler<A, O, R, E>,
+  errors: Readonly<Record<string, MapError>>,
+): Handler<A, O, R> => {
+  const mapped = (error: unknown): unknown => {
+    const tag = typeof error === "object" && error !== null
+      ? (error as { _tag?: unknown })._tag
+      : undefined
+    const map = typeof tag === "string" && Object.hasOwn(errors, tag) ? errors[tag] : undefined
+    return map === undefined ? error : map(error as never)
+  }
+  return (input, ctx) => {
+    const result = handler(input, ctx)
+    switch (kindOf(result)) {
+      case "effect":
+        return Effect.mapError(result as Effect.Effect<O, E, R>, mapped)
+      case "promise":
+        return Promise.resolve(result as PromiseLike<O>).catch((error: unknown) =>
+          Promise.reject(mapped(error))
+        )
+      case "value":
+        return result as PromiseLike<O>
+    }
+  }
+}
+
 /**
  * Checks a definition, returning the worker or why it cannot run.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const validate = <A, I, O, R>(
-  definition: WorkerDefinition<A, I, O, R>,
+export const validate = <A, I, O, R, E = unknown>(
+  definition: WorkerDefinition<A, I, O, R, E>,
 ): Effect.Effect<Worker<A, I, O, R>, WorkerDefinitionError> =>
   Effect.suspend(() => {
-    const d = definition as Partial<WorkerDefinition<A, I, O, R>> | null | undefined
+    const d = definition as Partial<WorkerDefinition<A, I, O, R, E>> | null | undefined
     const problem = (message: string) => Effect.fail(new WorkerDefinitionError({ message }))
     if (typeof d !== "object" || d === null) {
       return problem("The worker definition must be an object.")
@@ -252,7 +306,9 @@ export const validate = <A, I, O, R>(
       policy: typeof policy === "object" ? policy : undefined,
       weight,
       onIdle: d.onIdle,
-      handler: d.handler,
+      handler: d.errors === undefined
+        ? d.handler as Handler<A, O, R>
+        : withErrors(d.handler, d.errors as Readonly<Record<string, MapError>>),
       onStartup: onStartup ?? [],
       onShutdown: onShutdown ?? [],
       readiness,
@@ -266,8 +322,8 @@ export const validate = <A, I, O, R>(
  * @since 0.1.0
  * @category constructors
  */
-export const make = <A, I, O, R = never>(
-  definition: WorkerDefinition<A, I, O, R>,
+export const make = <A, I, O, R = never, E = never>(
+  definition: WorkerDefinition<A, I, O, R, E>,
 ): Worker<A, I, O, R> =>
   Effect.runSync(Effect.either(validate(definition))).pipe((result) => {
     if (result._tag === "Left") throw result.left

@@ -189,3 +189,17 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
 export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
   readonly message: string
 }> {}
+
+/**
+ * A startup hook of the worker failed: the worker does not start (`Worker.run` exits 1).
+ *
+ * @since 0.1.0
+ * @category hook errors
+ */
+export class StartupHookError extends Data.TaggedError("StartupHookError")<{
+  readonly cause: unknown
+}> {
+  override get message(): string {
+    return `A startup hook failed: ${errorText(this.cause)}`
+  }
+}

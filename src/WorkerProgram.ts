@@ -28,7 +28,7 @@ import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
 import type { Hook, RunningWorker, Worker } from "./WorkerDefinition.ts"
-import { IdleHookError, type TransportError } from "./WorkerError.ts"
+import { IdleHookError } from "./WorkerError.ts"
 
 /**
  * The concerns a program may be given other layers of (a test's throttle, say); by default the
@@ -165,34 +165,3 @@ export const start = <A, I, O, R>(
     yield* Effect.addFinalizer(() => Effect.sync(() => worker.instances.delete(running)))
     return running
   }).pipe(Effect.annotateLogs({ service: worker.name }))
-
-/**
- * Runs the worker until interrupted, then drains it within the grace period. Never exits the
- * process: it is an Effect to run or compose.
- *
- * @since 0.1.0
- * @category running
- */
-export const serve = <A, I, O, R>(
-  worker: Worker<A, I, O, R>,
-): Effect.Effect<void, TransportError | IdleHookError, Settings | Transport | R> =>
-  Effect.scoped(Effect.gen(function* () {
-    const running = yield* start(worker)
-    yield* Effect.addFinalizer(() => running.drain())
-    return yield* Effect.raceFirst(running.await, running.stopRequested)
-  }))
-
-/**
- * The worker as a scoped layer inside a larger app: it consumes while the layer is alive and
- * drains when it is released.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerRunning = <A, I, O, R>(
-  worker: Worker<A, I, O, R>,
-): Layer.Layer<never, never, Settings | Transport | R> =>
-  Layer.scopedDiscard(Effect.gen(function* () {
-    const running = yield* start(worker)
-    yield* Effect.addFinalizer(() => running.drain())
-  }))

@@ -1,18 +1,23 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Fiber, Schema, TestClock } from "effect"
+import {
+  Config,
+  ConfigProvider,
+  Context,
+  Duration,
+  Effect,
+  Fiber,
+  Layer,
+  Schema,
+  TestClock,
+} from "effect"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import * as WorkerHarness from "../src/testing.ts"
-import type { Transport } from "../src/Transport.ts"
+import type * as Lifecycle from "../src/Lifecycle.ts"
 import * as Worker from "../src/Worker.ts"
 import { memoryEnvironment } from "./support/environment.ts"
-import {
-  type IdleHookError,
-  RetryableError,
-  type TransportError,
-  WorkerDefinitionError,
-} from "../src/WorkerError.ts"
+import { type IdleHookError, RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
 
 const Text = Schema.Struct({ text: Schema.String })
 const Words = Schema.Struct({ words: Schema.Number })
@@ -272,17 +277,10 @@ describe("Worker", () => {
       type Equals<X, Y> = [X] extends [Y] ? ([Y] extends [X] ? true : false) : false
       const exact: Equals<Worker.Requirements<typeof dictionaryWorker>, Dictionary> = true
       expect(exact).toBe(true)
-      const served: Effect.Effect<
-        void,
-        TransportError | IdleHookError,
-        Settings.Settings | Transport | Dictionary
-      > = Worker.serve(dictionaryWorker)
+      const served: Effect.Effect<void, Lifecycle.StartError | IdleHookError, Dictionary> = Worker
+        .serve(dictionaryWorker)
       // @ts-expect-error: Worker.serve needs the handler's Dictionary too
-      const unprovided: Effect.Effect<
-        void,
-        TransportError | IdleHookError,
-        Settings.Settings | Transport
-      > = served
+      const unprovided: Effect.Effect<void, Lifecycle.StartError | IdleHookError, never> = served
       expect(Effect.isEffect(unprovided)).toBe(true)
     })
 
@@ -384,4 +382,25 @@ describe("Worker", () => {
       }).pipe(Effect.provide(environment(busy)))
     })
   })
+})
+
+describe("Worker.layerConfig", () => {
+  it.effect("a missing config key fails the layer with an error that names it", () =>
+    Effect.gen(function* () {
+      const worker = Worker.make({
+        name: "configured",
+        input: Text,
+        output: Words,
+        timeout: "5 seconds",
+        handler: ({ text }) => Effect.succeed({ words: countWords(text) }),
+      })
+      const layer = Worker.layerConfig(
+        worker,
+        Config.all({ inQueue: Config.string("APP_WORKER_QUEUE") }),
+      )
+      const error = yield* Effect.flip(Layer.build(layer).pipe(Effect.scoped)).pipe(
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
+      )
+      expect(String(error.message ?? error)).toContain("APP_WORKER_QUEUE")
+    }))
 })

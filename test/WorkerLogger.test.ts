@@ -10,6 +10,8 @@ const line = (options: {
   readonly level?: LogLevel.LogLevel
   readonly annotations?: Record<string, unknown>
   readonly cause?: Cause.Cause<unknown>
+  readonly errorText?: boolean
+  readonly redact?: ReadonlyArray<string>
 }) =>
   JSON.parse(WorkerLogger.format({
     date: new Date("2026-11-29T12:00:00.000Z"),
@@ -17,6 +19,8 @@ const line = (options: {
     message: options.message ?? "hello",
     annotations: HashMap.fromIterable(Object.entries(options.annotations ?? {})),
     cause: options.cause ?? Cause.empty,
+    errorText: options.errorText,
+    redact: options.redact,
   }))
 
 describe("WorkerLogger", () => {
@@ -67,17 +71,25 @@ describe("WorkerLogger", () => {
     expect(l).not.toHaveProperty("annotations")
   })
 
-  it("gives a cause's kinds only, never an error's text", () => {
+  it("gives a cause's kinds, and its first error's message and stack, with secrets redacted", () => {
     const secret = "payload-marker-4711"
-    const l = line({
-      cause: Cause.sequential(
-        Cause.fail(new FatalError({ code: "X", message: secret })),
-        Cause.die(new TypeError(secret)),
-      ),
-    })
-    expect(l.error_type).toBe("FatalError, TypeError")
+    const cause = Cause.sequential(
+      Cause.fail(new TypeError(`boom at amqp://guest:${secret}@host`)),
+      Cause.die(new FatalError({ code: "X", message: "second" })),
+    )
+    const l = line({ cause, redact: [secret] })
+    expect(l.error_type).toBe("TypeError, FatalError")
+    expect(l.error_message).toBe("TypeError: boom at amqp://guest:***@host")
+    expect(String(l.error_stack)).toContain("TypeError: boom at amqp://guest:***@host")
     expect(JSON.stringify(l)).not.toContain(secret)
     expect(line({ cause: Cause.interrupt(Cause.empty as never) }).error_type).toBeDefined()
+  })
+
+  it("with errorText off (WORKER_LOG_ERROR_TEXT=false), a cause's kinds only, never its text", () => {
+    const secret = "payload-marker-4711"
+    const l = line({ cause: Cause.die(new TypeError(secret)), errorText: false })
+    expect(l.error_type).toBe("TypeError")
+    expect(JSON.stringify(l)).not.toContain(secret)
   })
 
   it("keeps a line whose annotation JSON cannot write", () => {

@@ -12,6 +12,8 @@ export interface StoredMessage {
   readonly queue: QueueCore
   readonly body: Uint8Array
   readonly type: string | undefined
+  /** The headers the publisher set, if any. */
+  readonly headers: Readonly<Record<string, unknown>> | undefined
   deliveryCount: number
 }
 
@@ -65,9 +67,17 @@ export class BrokerCore {
     body: Uint8Array,
     type: string | undefined,
     deliveryCount: number,
+    headers?: Readonly<Record<string, unknown>> | undefined,
   ): StoredMessage {
     const q = this.queue(name)
-    const message: StoredMessage = { id: this.nextId++, queue: q, body, type, deliveryCount }
+    const message: StoredMessage = {
+      id: this.nextId++,
+      queue: q,
+      body,
+      type,
+      headers,
+      deliveryCount,
+    }
     if (this.retainLog) q.log.push(message)
     q.ready.push(message)
     this.dispatch(q)

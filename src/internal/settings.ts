@@ -163,6 +163,21 @@ export const literal = <const L extends string>(
     check: (_label, value) => Either.right(value),
   })
 
+/** A yes or no: `true` or `false` in the environment (`Config.boolean` also takes yes/no, on/off, 1/0). */
+export const boolean = (spec: Spec<boolean>): Row<boolean, boolean> =>
+  row({
+    env: spec.env,
+    meaning: spec.meaning,
+    shownDefault: spec.shownDefault ?? `\`${spec.default}\``,
+    config: (defaults) =>
+      Config.boolean(spec.env).pipe(
+        Config.withDescription(spec.meaning),
+        Config.withDefault(resolve(spec, defaults)),
+      ),
+    given: (input: boolean) => input,
+    check: (_label, value) => Either.right(value),
+  })
+
 // Python's level names (as the platform's other workers log), and Effect's own where they differ.
 const LOG_LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = {
   trace: LogLevel.Trace,

@@ -6,7 +6,7 @@
  */
 import { hostname } from "node:os"
 import { Duration } from "effect"
-import { duration, integer, literal, logLevel, secret, text } from "./settings.ts"
+import { boolean, duration, integer, literal, logLevel, secret, text } from "./settings.ts"
 
 /** The rows, by field name. */
 export const table = {
@@ -146,6 +146,11 @@ export const table = {
     env: "LOG_LEVEL",
     default: "info",
     meaning: "`debug`, `info`, `warning`, `error`, `critical` or `none`",
+  }),
+  logErrorText: boolean({
+    env: "WORKER_LOG_ERROR_TEXT",
+    default: true,
+    meaning: "`false`: an unexpected error's message and stack stay out of the worker's log",
   }),
   taskOverrunGrace: duration({
     env: "WORKER_TASK_OVERRUN_GRACE_S",

@@ -24,11 +24,15 @@ export interface Confirms {
   readonly track: (
     channel: { on(event: "return", listener: (message: Amqp.Message) => void): unknown },
   ) => Set<string>
-  /** Publishes `body` to the output queue, completing once the broker has confirmed it. */
+  /**
+   * Publishes `body` to the output queue, with `headers` as the message's AMQP headers, completing
+   * once the broker has confirmed it.
+   */
   readonly publish: (
     on: Publishing,
     body: Uint8Array,
     type: string,
+    headers?: Readonly<Record<string, string>> | undefined,
   ) => Effect.Effect<void, PublishError>
 }
 
@@ -48,9 +52,9 @@ export const make = (options: {
   Effect.gen(function* () {
     const outQueue = options.outQueue
     // Publishes waiting for their confirm, failed by one sweeper when past their deadline: a race
-    // per publish (Effect.timeout) measured at half the throughput of the raw amqplib loop.
+    // per publish (Effect.timeout) cost `bench/amqp.ts` much of the raw amqplib loop's throughput.
     // Keyed by the publish's number: a Map's set of a number key measured cheaper than of a
-    // string made for each publish.
+    // string made for each publish (the figures are in `bench/README.md`).
     const awaitingConfirm = new Map<number, AwaitingConfirm>()
     const confirmMillis = Duration.toMillis(options.confirmTimeout)
     const clock = yield* Effect.clock
@@ -77,7 +81,7 @@ export const make = (options: {
       return returned
     }
 
-    const publish: Confirms["publish"] = ({ publisher, returned }, body, type) =>
+    const publish: Confirms["publish"] = ({ publisher, returned }, body, type, headers) =>
       Effect.async<void, PublishError>((resume) => {
         const id = ++sequence
         const messageId = `${id}`
@@ -98,6 +102,7 @@ export const make = (options: {
               type,
               mandatory: true,
               messageId,
+              headers,
             },
             (error) => {
               if (!awaitingConfirm.delete(id)) {

@@ -53,9 +53,11 @@ export const channelDeliveries = (
 
 /** A delivery of a consumer channel: its lease and settlement are the channel's. */
 export const toDelivery = (message: Amqp.ConsumeMessage, shared: ChannelDeliveries): Delivery => {
-  const count = message.properties.headers?.["x-delivery-count"]
+  const headers = message.properties.headers
+  const count = headers?.["x-delivery-count"]
   return {
     body: message.content,
+    headers,
     // RabbitMQ 3.10 adds `x-delivery-count` to a quorum queue's message only from its second
     // delivery on: a first delivery without it is attempt 1 on either kind of queue, and only a
     // redelivery without it tells a classic queue.

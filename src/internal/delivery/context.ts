@@ -15,6 +15,7 @@ import type { Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import type { OutputGate } from "../outputGate.ts"
 import type { Timers } from "../timers.ts"
+import type { Tracing } from "./tracing.ts"
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
 export type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
@@ -73,6 +74,8 @@ export interface EngineContext<A, O, R> {
   readonly decodeInput: (u: unknown) => Either.Either<A, ParseResult.ParseError>
   readonly encodeOutput: (u: unknown) => Either.Either<unknown, ParseResult.ParseError>
   readonly loggerFor: (info: TaskInfo) => TaskLogger
+  /** The app's tracer, when it is not Effect's native one: then each delivery is traced. */
+  readonly tracing: Tracing | undefined
   /** The log annotations of every delivery of the worker (`service`). */
   readonly baseAnnotations: HashMap.HashMap<string, unknown>
   readonly timeoutMillis: number

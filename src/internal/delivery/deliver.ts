@@ -3,7 +3,7 @@
  * input: `plan.ts`), take a slot, publish `started` and run the handler (`handler.ts`), plan
  * what the result comes to, settle (`settle.ts`), and log its one decision line.
  */
-import { Cause, Context, Effect, FiberRef, HashMap, Scope } from "effect"
+import { Cause, Context, Effect, Exit, FiberRef, HashMap, Scope, Tracer } from "effect"
 import * as Decision from "../../Decision.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Delivery } from "../../Transport.ts"
@@ -15,6 +15,7 @@ import {
   afterHandler,
   countWarning,
   handlerEnd,
+  type Note,
   open,
   type Plan,
   requeue,
@@ -22,6 +23,7 @@ import {
   type TaskRef,
 } from "./plan.ts"
 import { backoff, publishStarted, requeueDelivery, settle } from "./settle.ts"
+import { DeliveryTrace } from "./tracing.ts"
 
 const logBroken = (cause: Cause.Cause<unknown>) =>
   Effect.logError("The delivery engine failed; the message is requeued", cause)
@@ -57,6 +59,27 @@ function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, hold: SlotHold): Ste
   if (adjust !== undefined) yield* Effect.exit(adjust)
 }
 
+/**
+ * The note's line: an error with the handler's Cause, so that the app's Logger gets its message
+ * and stack (the platform gets the fixed sentence only).
+ */
+const noteLine = (note: Note, withCause: boolean): Effect.Effect<void> => {
+  const line = note.level === "warning"
+    ? Effect.logWarning(note.message)
+    : withCause && note.cause !== undefined
+    ? Effect.logError(note.message, note.cause)
+    : Effect.logError(note.message)
+  return note.error === undefined ? line : Effect.annotateLogs(line, { error: note.error })
+}
+
+/** Logs the note; without its Cause when a logger cannot render it (a hostile value thrown). */
+function* logNote(note: Note): Steps<void> {
+  const logged = yield* Effect.exit(noteLine(note, true))
+  if (Exit.isFailure(logged) && note.cause !== undefined) {
+    yield* Effect.exit(noteLine(note, false))
+  }
+}
+
 /** Waits for a runaway `async` handler to end, unless the engine closes first. */
 const awaitRunaway = <A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -87,6 +110,7 @@ function* runTask<A, O, R>(
   hold: SlotHold,
   taskScope: Scope.CloseableScope,
   takenAt: number,
+  trace: DeliveryTrace | undefined,
 ): Steps<Plan> {
   // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
   hold.ticket = ctx.limiter.tryAcquire()
@@ -95,7 +119,7 @@ function* runTask<A, O, R>(
     if (waited._tag === "Failure") return yield* shutdownOrBroken(task, waited.cause)
     hold.ticket = ctx.limiter.tryAcquire()
   }
-  const started = yield* publishStarted(ctx, delivery, task, df, restore, takenAt)
+  const started = yield* publishStarted(ctx, delivery, task, df, restore, takenAt, trace)
   if (started !== undefined) return started
   const startedAt = ctx.clock.unsafeCurrentTimeMillis()
   const result = yield* runHandler(
@@ -108,6 +132,7 @@ function* runTask<A, O, R>(
     restore,
     hold,
     taskScope,
+    trace,
   )
   hold.end = handlerEnd(result)
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
@@ -120,11 +145,7 @@ function* runTask<A, O, R>(
     const slept = yield* Effect.exit(restore(Effect.sleep(delay)))
     if (slept._tag === "Failure") plan = requeue(task, "shutdown_requeued")
   } else if (next.note !== undefined) {
-    const note = next.note
-    const line = note.level === "warning"
-      ? Effect.logWarning(note.message)
-      : Effect.logError(note.message)
-    yield* note.error === undefined ? line : Effect.annotateLogs(line, { error: note.error })
+    yield* logNote(next.note)
   }
   WorkerMetrics.taskDuration.unsafeUpdate(
     (ctx.clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
@@ -145,6 +166,7 @@ function* planDelivery<A, O, R>(
   hold: SlotHold,
   takenAt: number,
   known: { task: TaskRef | undefined },
+  trace: DeliveryTrace | undefined,
 ): Steps<Plan> {
   let opening: ReturnType<typeof open<A>> | undefined
   let broken: Cause.Cause<never> | undefined
@@ -160,7 +182,13 @@ function* planDelivery<A, O, R>(
     if (task?.attempt !== undefined) HashMap.set(annotations, "attempt", task.attempt)
   })
   if (opening?._tag !== "Start") {
-    yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+    if (trace === undefined) {
+      yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
+    } else {
+      // Its lines belong to its own span, not to the span of the fiber's last task.
+      const context = Context.add(ctx.handlerContext, Tracer.ParentSpan, trace.span)
+      yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
+    }
     if (task?.attempt !== undefined) yield* warnRedeliveries(ctx, delivery)
     if (opening === undefined) return yield* shutdownOrBroken(task, broken!)
     if (opening.plan.decision.outcome === "poison") {
@@ -172,7 +200,9 @@ function* planDelivery<A, O, R>(
   // context the handler's services `R` and the task's scope, until the next delivery. Set
   // together, as each set copies every FiberRef of the fiber.
   const taskScope = yield* Scope.make()
-  const context = Context.add(ctx.handlerContext, Scope.Scope, taskScope)
+  const taskContext = Context.add(ctx.handlerContext, Scope.Scope, taskScope)
+  // A traced delivery's span rides along: the parent of what runs until the handler's own.
+  const context = trace === undefined ? taskContext : trace.withSpan(taskContext)
   yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
   yield* warnRedeliveries(ctx, delivery)
   return yield* runTask(
@@ -186,6 +216,7 @@ function* planDelivery<A, O, R>(
     hold,
     taskScope,
     takenAt,
+    trace,
   )
 }
 
@@ -194,7 +225,8 @@ function* planDelivery<A, O, R>(
  * interruptible (by shutdown, or by the engine stopping the handler), through `restore`;
  * settling never is. A defect of the engine's own code settles the delivery too (`engine_error`,
  * requeued after a backoff): it never ends the fiber. `decided` hears the decision as it is
- * made; the fiber may still hold the slot for a runaway handler afterwards.
+ * made; the fiber may still hold the slot for a runaway handler afterwards. Under the app's tracer,
+ * the delivery is a span from when it is taken to its decision (`tracing.ts`).
  */
 export function* deliver<A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -207,20 +239,24 @@ export function* deliver<A, O, R>(
   const takenAt = ctx.clock.unsafeCurrentTimeMillis()
   const hold: SlotHold = {}
   const known: { task: TaskRef | undefined } = { task: undefined }
+  const trace = ctx.tracing === undefined
+    ? undefined
+    : new DeliveryTrace(ctx.tracing, delivery.headers)
   let decision: Decision.Decision
   try {
     let plan: Plan
     try {
-      plan = yield* planDelivery(ctx, delivery, df, restore, hold, takenAt, known)
+      plan = yield* planDelivery(ctx, delivery, df, restore, hold, takenAt, known, trace)
     } catch (defect) {
       plan = yield* shutdownOrBroken(known.task, Cause.die(defect))
     }
-    decision = yield* settle(ctx, delivery, plan, known.task, df, restore, takenAt)
+    decision = yield* settle(ctx, delivery, plan, known.task, df, restore, takenAt, trace)
   } catch (defect) {
     // The settlement itself broke: the message goes back to the queue as it is.
     yield* logBroken(Cause.die(defect))
     decision = yield* requeueDelivery(delivery, requeue(known.task, "engine_error").decision)
   }
+  trace?.settled(decision)
   const runaway = hold.runaway
   if (runaway !== undefined) {
     // Settled, and said so; the slot and the in-flight count wait for the handler to end.

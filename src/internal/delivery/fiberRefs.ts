@@ -32,3 +32,14 @@ export const withTaskRefs = (
   setOwn(locals, id, FiberRef.currentContext, context)
   return FiberRefs.unsafeMake(locals)
 }
+
+/** `refs` with the context of the fiber `id` replaced: a traced handler's, with its span. */
+export const withContext = (
+  refs: FiberRefs.FiberRefs,
+  id: FiberId.Runtime,
+  context: Context.Context<any>,
+): FiberRefs.FiberRefs => {
+  const locals = new Map(refs.locals)
+  setOwn(locals, id, FiberRef.currentContext, context)
+  return FiberRefs.unsafeMake(locals)
+}

@@ -10,7 +10,9 @@ import type { Envelope } from "../../Protocol.ts"
 import type { Lease } from "../../Transport.ts"
 import { kindOf } from "../handlerResult.ts"
 import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
+import { withContext } from "./fiberRefs.ts"
 import { classify, type Result, type Task } from "./plan.ts"
+import type { DeliveryTrace } from "./tracing.ts"
 
 /** A slot of the worker's limiter held by a delivery, and what it waits for to give it back. */
 export interface SlotHold {
@@ -99,7 +101,8 @@ const progressOf = <A, O, R>(
  * Runs the handler of `task`. The task's own scope (the handler's resources and its progress
  * channel) is closed before this returns, so nothing of the task outlives it but an `async`
  * handler that ignores its signal: its Promise is kept in `hold`, and the delivery keeps its slot
- * until the Promise settles.
+ * until the Promise settles. A traced delivery runs the handler in its own span, the parent of
+ * the handler's spans.
  */
 export function* runHandler<A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -111,6 +114,7 @@ export function* runHandler<A, O, R>(
   restore: Restore,
   hold: SlotHold,
   taskScope: Scope.CloseableScope,
+  trace: DeliveryTrace | undefined,
 ): Steps<Result> {
   const report = progressOf(ctx, task.taskId, taskScope)
   const { abort, context } = TaskContext.make(
@@ -133,6 +137,12 @@ export function* runHandler<A, O, R>(
     abort(reason)
     df.fiber.unsafeInterruptAsFork(df.fiber.id())
   }
+  if (trace !== undefined) {
+    // The handler's span goes where its own `Effect.withSpan` finds its parent: the fiber's
+    // context, set for the task already, set again (a traced delivery only).
+    const traced = trace.startHandler()
+    yield* Effect.updateFiberRefs((id, refs) => withContext(refs, id, traced))
+  }
   const startedAt = ctx.clock.unsafeCurrentTimeMillis()
   const cancelTimer = ctx.timers.after(
     ctx.timeoutMillis,
@@ -154,6 +164,7 @@ export function* runHandler<A, O, R>(
     cancelTimer()
     release()
   }
+  trace?.endHandler(exit)
   // A result after the deadline (the handler blocked the event loop past it, so the timer could
   // not fire) is a time out all the same.
   const late = ctx.clock.unsafeCurrentTimeMillis() - startedAt > ctx.timeoutMillis

@@ -74,7 +74,12 @@ export type Result =
     readonly congestion: boolean
   }
   | { readonly _tag: "Timeout" }
-  | { readonly _tag: "Internal"; readonly name: string }
+  | {
+    readonly _tag: "Internal"
+    readonly name: string
+    /** The handler's whole Cause, for the log line only: never published. */
+    readonly cause: Cause.Cause<unknown>
+  }
   | { readonly _tag: "Lost"; readonly lost: LeaseLost }
   | { readonly _tag: "Shutdown" }
 
@@ -83,6 +88,8 @@ export interface Note {
   readonly level: "warning" | "error"
   readonly message: string
   readonly error?: string | undefined
+  /** The handler's Cause, logged with the line (its message and stack reach the app's Logger). */
+  readonly cause?: Cause.Cause<unknown> | undefined
 }
 
 /**
@@ -248,7 +255,9 @@ const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
  */
 export const classify = (exit: Exit.Exit<unknown, unknown>): Result => {
   if (Exit.isSuccess(exit)) return { _tag: "Success", output: exit.value }
-  if (Cause.isInterruptedOnly(exit.cause)) return { _tag: "Internal", name: "Interrupted" }
+  if (Cause.isInterruptedOnly(exit.cause)) {
+    return { _tag: "Internal", name: "Interrupted", cause: exit.cause }
+  }
   try {
     const failure = Cause.failureOption(exit.cause)
     const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)
@@ -273,9 +282,9 @@ export const classify = (exit: Exit.Exit<unknown, unknown>): Result => {
         congestion: e.congestion === true,
       }
     }
-    return { _tag: "Internal", name: errorKind(error) }
+    return { _tag: "Internal", name: errorKind(error), cause: exit.cause }
   } catch {
-    return { _tag: "Internal", name: "unreadable error" }
+    return { _tag: "Internal", name: "unreadable error", cause: exit.cause }
   }
 }
 
@@ -371,6 +380,7 @@ export const afterHandler = (
           level: "error",
           message: `The handler failed with an unexpected ${result.name}`,
           error: result.name,
+          cause: result.cause,
         },
       }
     case "Lost":

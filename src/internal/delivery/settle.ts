@@ -8,13 +8,14 @@ import { Cause, Duration, Effect, Either, Exit, Option, Random } from "effect"
 import type * as Decision from "../../Decision.ts"
 import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
-import type { Delivery, Lease } from "../../Transport.ts"
+import type { Delivery, Lease, PublishOptions } from "../../Transport.ts"
 import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../utf8.ts"
 import { interruptedFromOutside } from "./handler.ts"
 import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
 import { backoffMillis, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
+import type { DeliveryTrace } from "./tracing.ts"
 
 /** The first wait before a refused publish is tried again, and the longest. */
 const PUBLISH_RETRY_BASE_MILLIS = 100
@@ -111,9 +112,10 @@ export const hold = <A, O, R>(
  * Publishes `body`, holding the delivery through refusals: a refused publish closes the output
  * gate and is retried after a capped, jittered backoff (at once when another publish is
  * confirmed), until `deadline`, while the lease holds. While the gate is closed, a first publish
- * waits before it tries: intake pauses rather than each new task knocking.
+ * waits before it tries: intake pauses rather than each new task knocking. Every try of a traced
+ * publish carries the same `traceparent` (`options`).
  */
-function* publishHeld<A, O, R>(
+function* publishTries<A, O, R>(
   ctx: EngineContext<A, O, R>,
   delivery: Delivery,
   body: Uint8Array,
@@ -122,13 +124,14 @@ function* publishHeld<A, O, R>(
   df: DeliveryFiber,
   restore: Restore,
   interruptible: boolean,
+  options: PublishOptions | undefined,
 ): Steps<Publication> {
   let delayMillis = PUBLISH_RETRY_BASE_MILLIS
   let tries = !ctx.gate.refusing
   for (;;) {
     if (tries) {
       if (delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(body, type)
+      const publish = ctx.transport.publish(body, type, options)
       const published = yield* Effect.exit(interruptible ? restore(publish) : publish)
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
@@ -154,6 +157,52 @@ function* publishHeld<A, O, R>(
   }
 }
 
+/** {@link publishTries} in a span of its own, when the delivery is traced. */
+function* publishTraced<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+  body: Uint8Array,
+  type: MessageType,
+  deadline: number,
+  df: DeliveryFiber,
+  restore: Restore,
+  interruptible: boolean,
+  trace: DeliveryTrace,
+  taskId: string | undefined,
+): Steps<Publication> {
+  const traced = trace.publish(type, taskId)
+  const published = yield* publishTries(
+    ctx,
+    delivery,
+    body,
+    type,
+    deadline,
+    df,
+    restore,
+    interruptible,
+    traced.options,
+  )
+  trace.endPublish(traced, published)
+  return published
+}
+
+/** {@link publishTries}, traced when the delivery is: the untraced one adds no step. */
+const publishHeld = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  delivery: Delivery,
+  body: Uint8Array,
+  type: MessageType,
+  deadline: number,
+  df: DeliveryFiber,
+  restore: Restore,
+  interruptible: boolean,
+  trace: DeliveryTrace | undefined,
+  taskId: string | undefined,
+): Steps<Publication> =>
+  trace === undefined
+    ? publishTries(ctx, delivery, body, type, deadline, df, restore, interruptible, undefined)
+    : publishTraced(ctx, delivery, body, type, deadline, df, restore, interruptible, trace, taskId)
+
 const logBroken = (cause: Cause.Cause<unknown>) =>
   Effect.logError("The delivery engine failed; the message is requeued", cause)
 
@@ -168,6 +217,7 @@ export function* publishStarted<A, O, R>(
   df: DeliveryFiber,
   restore: Restore,
   takenAt: number,
+  trace: DeliveryTrace | undefined,
 ): Steps<Plan | undefined> {
   if (delivery.lease.isLost()) return fenced(task, "lease_lost")
   const started = encodeMessageText({
@@ -185,6 +235,8 @@ export function* publishStarted<A, O, R>(
     df,
     restore,
     true,
+    trace,
+    task.taskId,
   )
   switch (published) {
     case "published":
@@ -240,6 +292,7 @@ export function* settle<A, O, R>(
   df: DeliveryFiber,
   restore: Restore,
   takenAt: number,
+  trace: DeliveryTrace | undefined,
 ): Steps<Decision.Decision> {
   switch (plan._tag) {
     case "Fenced":
@@ -259,6 +312,8 @@ export function* settle<A, O, R>(
         df,
         restore,
         false,
+        trace,
+        plan.decision.taskId,
       )
       if (published === "published") {
         const code = plan.decision.code

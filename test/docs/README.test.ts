@@ -1,0 +1,49 @@
+/**
+ * Every TypeScript block of the README compiles as written: each is extracted to a file of its
+ * own and checked by `deno check` (Deno's types: `import.meta.main` included), in the project,
+ * which imports itself by the package's name.
+ */
+import { spawnSync } from "node:child_process"
+import process from "node:process"
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { describe, expect, it } from "vitest"
+import { denoBinary, ROOT } from "../support/runtimes.ts"
+
+const blocks = (markdown: string): Array<string> =>
+  [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1]!)
+
+describe("README.md", () => {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8")
+  const found = blocks(readme)
+
+  it("has TypeScript blocks to check", () => {
+    expect(found.length).toBeGreaterThanOrEqual(5)
+  })
+
+  it("compiles every TypeScript block as written", () => {
+    // Inside the project (Deno finds its node_modules; it checks no file inside them), removed
+    // afterwards.
+    const dir = join(ROOT, ".readme-blocks")
+    rmSync(dir, { recursive: true, force: true })
+    mkdirSync(dir, { recursive: true })
+    try {
+      const files = found.map((block, i) => {
+        const file = join(dir, `block-${i + 1}.ts`)
+        writeFileSync(file, block)
+        return file
+      })
+      // The project's own deno.json: the package imports itself by its name (`exports`).
+      const result = spawnSync(denoBinary(), ["check", "--quiet", ...files], {
+        cwd: ROOT,
+        encoding: "utf8",
+        env: { ...process.env, NO_COLOR: "1" },
+        timeout: 120_000,
+      })
+      expect(result.stderr + result.stdout, "deno check of the README's blocks").toBe("")
+      expect(result.status).toBe(0)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 150_000)
+})

@@ -1,0 +1,95 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Effect, HashMap, Logger, Schema } from "effect"
+import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/plan.ts"
+import * as WorkerHarness from "../../../src/testing.ts"
+import * as Worker from "../../../src/Worker.ts"
+
+const define = (
+  handler: Worker.Handler<{ readonly text: string }, { readonly words: number }, never>,
+) =>
+  Worker.make({
+    name: "count-words",
+    input: Schema.Struct({ text: Schema.String }),
+    output: Schema.Struct({ words: Schema.Number }),
+    timeout: "10 seconds",
+    handler,
+  })
+
+interface Line {
+  readonly level: string
+  readonly message: string
+  readonly cause: Cause.Cause<unknown>
+  readonly annotations: Record<string, unknown>
+}
+
+/** Every line with its Cause, as the app's Logger receives it; `refuseCauses` throws on one. */
+const capture = (options: { readonly refuseCauses?: boolean } = {}) => {
+  const lines: Array<Line> = []
+  const layer = Logger.replace(
+    Logger.defaultLogger,
+    Logger.make(({ annotations, cause, logLevel, message }) => {
+      if (options.refuseCauses && !Cause.isEmpty(cause)) throw new Error("cannot render it")
+      lines.push({
+        level: logLevel.label,
+        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+        cause,
+        annotations: Object.fromEntries(HashMap.toEntries(annotations)),
+      })
+    }),
+  )
+  return { lines, layer }
+}
+
+const SECRET = "connection to db://admin:hunter2@db failed"
+const decoder = new TextDecoder()
+
+describe("deliver: an unexpected handler failure", () => {
+  it.scoped("is logged as an ERROR line carrying the handler's whole Cause; the platform gets the fixed sentence", () => {
+    const { lines, layer } = capture()
+    return Effect.gen(function* () {
+      const harness = yield* WorkerHarness.make(define(() => Effect.die(new Error(SECRET))))
+      const run = yield* harness.submit({ text: "x" }, { taskId: "t-die" })
+      run.assertFailed({ code: "INTERNAL_ERROR" })
+      expect(run.error!.message).toBe(INTERNAL_MESSAGE)
+      for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+      const errors = lines.filter((l) => l.level === "ERROR")
+      expect(errors).toHaveLength(1)
+      const [line] = errors
+      expect(line!.message).toBe("The handler failed with an unexpected Error")
+      expect(line!.annotations).toMatchObject({ task_id: "t-die", error: "Error" })
+      const defects = [...Cause.defects(line!.cause)]
+      expect(defects).toHaveLength(1)
+      expect((defects[0] as Error).message).toBe(SECRET)
+      expect(Cause.pretty(line!.cause)).toContain(SECRET)
+      expect((defects[0] as Error).stack).toContain("deliver.test.ts")
+    }).pipe(Effect.provide(layer))
+  })
+
+  it.scoped("a failure with a plain value: its Cause is that failure", () => {
+    const { lines, layer } = capture()
+    return Effect.gen(function* () {
+      const harness = yield* WorkerHarness.make(define(() => Effect.fail(SECRET)))
+      ;(yield* harness.submit({ text: "x" })).assertFailed({ code: "INTERNAL_ERROR" })
+      const line = lines.find((l) => l.level === "ERROR")!
+      expect(line.message).toBe("The handler failed with an unexpected string")
+      expect([...Cause.failures(line.cause)]).toEqual([SECRET])
+    }).pipe(Effect.provide(layer))
+  })
+
+  it.scoped("a Logger that cannot render the Cause gets the line without it, and the task still concludes", () => {
+    const { lines, layer } = capture({ refuseCauses: true })
+    return Effect.gen(function* () {
+      const harness = yield* WorkerHarness.make(define(async () => {
+        await Promise.resolve()
+        throw new Error(SECRET)
+      }))
+      ;(yield* harness.submit({ text: "x" }, { taskId: "t-thrown" })).assertFailed({
+        code: "INTERNAL_ERROR",
+      })
+      const errors = lines.filter((l) => l.level === "ERROR")
+      expect(errors.map((l) => l.message)).toEqual(["The handler failed with an unexpected Error"])
+      expect(Cause.isEmpty(errors[0]!.cause)).toBe(true)
+      expect(errors[0]!.annotations).toMatchObject({ task_id: "t-thrown", error: "Error" })
+    }).pipe(Effect.provide(layer))
+  })
+})
