@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { resolve } from "node:path"
+import { versions } from "node:process"
 import { pathToFileURL } from "node:url"
 import { Effect, Either } from "effect"
 import { firstLine } from "./internal/describe.ts"
@@ -30,6 +31,9 @@ Options:
                  standard input is a task, each message published is printed
   -h, --help     show this help
   -V, --version  show the SDK's version
+
+A TypeScript module runs as it is on Node 22.18+ (22.6+ with --experimental-strip-types)
+and Deno; on an older Node, compile it to JavaScript first.
 
 Settings come from the environment (BROKER_URL, WORKER_CONCURRENCY, WORKER_MODE, ...).
 Exit codes: 0 clean stop, 1 failure, 2 configuration or usage error.`
@@ -88,6 +92,67 @@ export const parse = (argv: ReadonlyArray<string>): Either.Either<Invocation, st
   })
 }
 
+const codeOf = (u: unknown): unknown => {
+  try {
+    return typeof u === "object" && u !== null ? (u as { code?: unknown }).code : undefined
+  } catch {
+    return undefined
+  }
+}
+
+const COMPILE = "or compile it with tsc and run the .js"
+
+/**
+ * Why this Node cannot import the TypeScript module `module`, and how to run it instead, in one
+ * line; `undefined` when `error` is not about TypeScript. The import's own error decides, not
+ * the version: `ERR_UNKNOWN_FILE_EXTENSION` for a `.ts`, `.mts` or `.cts` (a Node that strips
+ * no types: before 22.6, 22.6 – 22.17 without `--experimental-strip-types`, or with
+ * `--no-experimental-strip-types`), `ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING` (a file under
+ * `node_modules`) and `ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX` (an enum, a namespace: syntax that
+ * stripping cannot remove). `node` is the running Node's version, which only words the advice.
+ *
+ * @since 0.1.0
+ * @category loading
+ */
+export const typeScriptHint = (
+  error: unknown,
+  module: string,
+  node: string | undefined = versions.node,
+): string | undefined => {
+  const code = codeOf(error)
+  const message = firstLine(error)
+  const prefix = `cannot load ${module}:`
+  switch (code) {
+    case "ERR_UNKNOWN_FILE_EXTENSION": {
+      const extension = /"(\.[cm]?ts)"/.exec(message)?.[1]
+      if (extension === undefined) return undefined
+      const [major = 0, minor = 0] = (node ?? "0").split(".").map(Number)
+      const v = `Node v${node ?? "?"}`
+      if (major > 22 || (major === 22 && minor >= 18)) {
+        return `${prefix} ${v} strips no types from ${extension} files, as it runs with ` +
+          `--no-experimental-strip-types: run it without that flag, ${COMPILE}`
+      }
+      if (major === 22 && minor >= 6) {
+        return `${prefix} ${v} runs ${extension} files only with --experimental-strip-types: ` +
+          `NODE_OPTIONS=--experimental-strip-types async-task-worker run ${module}, or use ` +
+          `Node 22.18+ or 24, or Deno, ${COMPILE}`
+      }
+      return `${prefix} ${v} cannot run TypeScript (${extension}): run it on Node 22.18+ or 24, ` +
+        `or on Deno, ${COMPILE}`
+    }
+    case "ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING": {
+      const file = /for "([^"]+)"/.exec(message)?.[1] ?? "a TypeScript file"
+      return `${prefix} Node strips types only outside node_modules, and ${file} is inside: ` +
+        `compile it to JavaScript, or run the worker on Deno`
+    }
+    case "ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX":
+      return `${prefix} ${message}: Node's type stripping only erases types; use ` +
+        `NODE_OPTIONS=--experimental-transform-types, ${COMPILE}`
+    default:
+      return undefined
+  }
+}
+
 const isWorker = (u: unknown): u is Worker.Any =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "Worker"
 
@@ -106,7 +171,7 @@ export const load = (
     const url = module.startsWith("file:") ? module : pathToFileURL(resolve(cwd, module)).href
     const loaded = yield* Effect.tryPromise({
       try: () => import(url) as Promise<Record<string, unknown>>,
-      catch: (e) => `cannot load ${module}: ${firstLine(e)}`,
+      catch: (e) => typeScriptHint(e, module) ?? `cannot load ${module}: ${firstLine(e)}`,
     })
     const exported = loaded[exportName]
     if (exported === undefined) {

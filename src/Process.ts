@@ -53,6 +53,33 @@ export class Process extends Context.Tag("@async-task/worker/Process")<Process, 
 
 const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
 
+interface DenoPermissions {
+  readonly querySync: (descriptor: { readonly name: "net"; readonly host: string }) => {
+    readonly state: string
+  }
+}
+
+/**
+ * On Deno without the network permission for `host:port`, the line that says so and names the
+ * flag, as Deno says it of the others (its listen would fail out of reach of any handler);
+ * `undefined` elsewhere, or when it is granted.
+ *
+ * @since 0.1.0
+ * @category runtime
+ */
+export const missingNetPermission = (host: string, port: number): string | undefined => {
+  const permissions = (globalThis as { Deno?: { permissions?: DenoPermissions } }).Deno
+    ?.permissions
+  if (permissions === undefined) return undefined
+  const address = `${host}:${port}`
+  try {
+    if (permissions.querySync({ name: "net", host: address }).state === "granted") return undefined
+  } catch {
+    return undefined
+  }
+  return `A Deno permission is missing: Requires net access to "${address}", run again with the --allow-net flag`
+}
+
 const processService = Process.of({
   signals: Effect.acquireRelease(
     Effect.gen(function* () {

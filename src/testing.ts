@@ -11,10 +11,12 @@ import {
   Context,
   Duration,
   Effect,
+  Either,
   Exit,
   Layer,
   Option,
   Runtime,
+  Schema,
   Scope,
 } from "effect"
 import { DeliveryHandle } from "./internal/delivery/handle.ts"
@@ -28,12 +30,12 @@ import * as WorkerProgram from "./WorkerProgram.ts"
 import type { SettingsError } from "./WorkerError.ts"
 
 /**
- * One delivery's run, as the platform and the broker saw it.
+ * One delivery's run, as the platform and the broker saw it. `O` is the worker's output type.
  *
  * @since 0.1.0
  * @category models
  */
-export interface TaskRun {
+export interface TaskRun<O = unknown> {
   /** The task id, when the message had one. */
   readonly taskId: string | undefined
   /** The messages published for the task, decoded. */
@@ -43,8 +45,12 @@ export interface TaskRun {
   readonly messageTypes: ReadonlyArray<MessageType>
   /** What became of the inbound message: acked, requeued, or neither (a lost lease). */
   readonly outcome: "ACKED" | "NACKED_REQUEUE" | "NONE"
-  /** The `success` response, if any. */
-  readonly response: Record<string, unknown> | undefined
+  /**
+   * The `success` response, if any, read back with the worker's `output` schema: the handler's
+   * result as the platform can decode it (the JSON it receives is in `messages` and `raw`).
+   * Undefined too if that schema cannot decode what it encoded.
+   */
+  readonly response: O | undefined
   /** The `failure` error, if any. */
   readonly error: { readonly code: string; readonly message: string } | undefined
   /** Throws unless the task concluded with `success`. */
@@ -84,17 +90,19 @@ export interface SubmitOptions {
 }
 
 /**
- * A harness for Effect tests.
+ * A harness for Effect tests, for a worker whose input is `I` as encoded (the `data.body` the
+ * platform sends) and whose output type is `O`.
  *
  * @since 0.1.0
  * @category models
  */
-export interface WorkerHarness {
-  readonly submit: (body: unknown, options?: SubmitOptions) => Effect.Effect<TaskRun>
-  readonly submitRaw: (
+export interface WorkerHarness<I = unknown, O = unknown> {
+  /** Submits a task whose body is `body`; `submitRaw` sends anything else. */
+  submit(body: I, options?: SubmitOptions): Effect.Effect<TaskRun<O>>
+  submitRaw(
     bytes: Uint8Array | string,
     options?: { readonly deliveryCount?: number },
-  ) => Effect.Effect<TaskRun>
+  ): Effect.Effect<TaskRun<O>>
   /** Makes the next publish (of `type`, when given) fail, as an unconfirmed publish would. */
   readonly failNextPublish: (type?: MessageType) => Effect.Effect<void>
   readonly settings: Settings.WorkerSettings
@@ -112,11 +120,12 @@ const describeRun = (run: Pick<TaskRun, "messageTypes" | "outcome" | "error">): 
   `messages [${run.messageTypes.join(", ")}], outcome ${run.outcome}` +
   (run.error === undefined ? "" : `, error ${run.error.code}: ${run.error.message}`)
 
-const toRun = (
+const toRun = <O>(
+  output: Schema.Schema<O, any>,
   taskId: string | undefined,
   published: ReadonlyArray<{ readonly raw: Uint8Array; readonly message: WireMessage }>,
   outcome: TaskRun["outcome"],
-): TaskRun => {
+): TaskRun<O> => {
   const raw = published.map((p) => p.raw)
   const messages = published.map((p) => p.message)
   const terminal = messages.findLast((m) =>
@@ -128,7 +137,9 @@ const toRun = (
     raw,
     messageTypes: messages.map((m) => m.data.message_type),
     outcome,
-    response: terminal?.data.message_type === "success" ? terminal.data.response : undefined,
+    response: terminal?.data.message_type === "success"
+      ? Either.getOrUndefined(Schema.decodeUnknownEither(output)(terminal.data.response))
+      : undefined,
     error: terminal?.data.message_type === "failure" ? terminal.data.error_message : undefined,
   }
   return {
@@ -175,7 +186,7 @@ const taskIdOf = (bytes: Uint8Array): string | undefined => {
 export const make = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options: HarnessOptions = {},
-): Effect.Effect<WorkerHarness, SettingsError, Scope.Scope | R> =>
+): Effect.Effect<WorkerHarness<I, O>, SettingsError, Scope.Scope | R> =>
   Effect.gen(function* () {
     const settings = yield* Settings.make(
       { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
@@ -226,10 +237,10 @@ export const make = <A, I, O, R>(
         const decoded = published
           .map((m) => ({ raw: m.body, message: JSON.parse(decoder.decode(m.body)) as WireMessage }))
           .filter(({ message }) => taskId === undefined || message.task_id === taskId)
-        return toRun(taskId, decoded, outcome)
+        return toRun(worker.output, taskId, decoded, outcome)
       }))
 
-    return {
+    const harness: WorkerHarness<I, O> = {
       settings,
       broker,
       failNextPublish: (type) =>
@@ -250,20 +261,23 @@ export const make = <A, I, O, R>(
           return deliver(raw, taskIdOf(raw), o.deliveryCount ?? 0)
         }),
     }
+    return harness
   })
 
 /**
- * A harness for `async` tests; `close` (or `await using`) releases it.
+ * A harness for `async` tests, for a worker whose input is `I` as encoded (the `data.body` the
+ * platform sends) and whose output type is `O`; `close` (or `await using`) releases it.
  *
  * @since 0.1.0
  * @category models
  */
-export interface AsyncWorkerHarness extends AsyncDisposable {
-  readonly submit: (body: unknown, options?: SubmitOptions) => Promise<TaskRun>
-  readonly submitRaw: (
+export interface AsyncWorkerHarness<I = unknown, O = unknown> extends AsyncDisposable {
+  /** Submits a task whose body is `body`; `submitRaw` sends anything else. */
+  submit(body: I, options?: SubmitOptions): Promise<TaskRun<O>>
+  submitRaw(
     bytes: Uint8Array | string,
     options?: { readonly deliveryCount?: number },
-  ) => Promise<TaskRun>
+  ): Promise<TaskRun<O>>
   readonly failNextPublish: (type?: MessageType) => Promise<void>
   readonly published: () => Promise<ReadonlyArray<Uint8Array>>
   readonly close: () => Promise<void>
@@ -278,7 +292,7 @@ export interface AsyncWorkerHarness extends AsyncDisposable {
 export const start = async <A, I, O>(
   worker: Worker<A, I, O, never>,
   options: Omit<HarnessOptions, "clock"> = {},
-): Promise<AsyncWorkerHarness> => {
+): Promise<AsyncWorkerHarness<I, O>> => {
   const scope = Effect.runSync(Scope.make())
   const harness = await Effect.runPromise(Scope.extend(make(worker, options), scope))
   const run = <X>(effect: Effect.Effect<X>) => Runtime.runPromise(Runtime.defaultRuntime, effect)

@@ -366,10 +366,12 @@ describe("DeliveryEngine", () => {
             },
           })
           const harness = yield* WorkerHarness.make(worker)
-          const run = yield* harness.submit(
-            { text: "hello", language: secret },
-            { taskId: "t-input" },
-          )
+          // A body the input schema rejects, on purpose: `submit` is typed with the valid ones.
+          const invalid = { text: "hello", language: secret } as unknown as {
+            text: string
+            language: "en"
+          }
+          const run = yield* harness.submit(invalid, { taskId: "t-input" })
           expect(runs).toBe(0)
           run.assertFailed({ code: "INVALID_INPUT" })
           expect(run.error!.message).toContain("language")

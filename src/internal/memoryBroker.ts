@@ -91,7 +91,8 @@ export class BrokerCore {
     let high = log.length
     while (low < high) {
       const middle = (low + high) >>> 1
-      if (log[middle].id <= after) low = middle + 1
+      // low <= middle < high <= log.length: the entry exists.
+      if (log[middle]!.id <= after) low = middle + 1
       else high = middle
     }
     return log.slice(low)

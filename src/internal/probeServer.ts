@@ -11,6 +11,7 @@ import * as Http from "node:http"
 import type { Socket } from "node:net"
 import type { Scope } from "effect"
 import { Duration, Effect, FiberSet } from "effect"
+import { missingNetPermission } from "../Process.ts"
 import { ProbeServerError } from "../WorkerError.ts"
 import { ProbeSockets, type SocketBounds } from "./probeSockets.ts"
 
@@ -77,6 +78,10 @@ const bindError = (address: string, e: Error & { code?: string }) =>
 const listen = (server: Http.Server, sockets: ProbeSockets, host: string, port: number) =>
   Effect.acquireRelease(
     Effect.async<void, ProbeServerError>((resume) => {
+      const missing = missingNetPermission(host, port)
+      if (missing !== undefined) {
+        return resume(Effect.fail(new ProbeServerError({ reason: "bind", message: missing })))
+      }
       const onError = (e: Error) => {
         server.off("listening", onListening)
         resume(Effect.fail(bindError(`${host}:${port}`, e)))

@@ -259,9 +259,8 @@ export const readTable = <T extends Table>(
   readonly values: Partial<Values<T>>
   readonly problems: ReadonlyArray<string>
 }> => {
-  const fields = Object.keys(table) as Array<keyof T & string>
-  return Effect.forEach(fields, (field) => {
-    const { env, read } = table[field]
+  const rows = Object.entries(table) as Array<[keyof T & string, Row<unknown, unknown>]>
+  return Effect.forEach(rows, ([field, { env, read }]) => {
     return Effect.either(read(`${field} (${env})`, defaults, given[field])).pipe(
       Effect.map((result) => [field, result] as const),
     )

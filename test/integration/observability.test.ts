@@ -259,7 +259,14 @@ describe("observability on RabbitMQ", () => {
         })
         expect(draining.error.components.draining.status).toBe("error")
         expect(await Effect.runPromise(Fiber.join(fiber))).toBe(0)
-        expect(await client.count(inQueue)).toBe(1)
+        // The broker may count the requeued message a moment after the worker has gone.
+        expect(
+          await until(
+            "t-slow is requeued",
+            async () => (await client.count(inQueue)) || undefined,
+            5_000,
+          ),
+        ).toBe(1)
         // The server is gone with the process's life: the same registry, read in this process.
         const final = parse(await Effect.runPromise(Prometheus.exposition))
         expect(

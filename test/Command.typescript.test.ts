@@ -1,0 +1,181 @@
+/**
+ * A TypeScript worker module and the CLI (issue 18): Node 22.18+ and 24 strip its types and run
+ * it; a Node that cannot gets one line saying how to run it instead, chosen by the import's own
+ * error (`Command.typeScriptHint`). The processes run the CLI built into `dist/` on the system's
+ * Node (20 here) and on Node 24, whichever runtime runs the suite.
+ */
+import { spawnSync } from "node:child_process"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { pathToFileURL } from "node:url"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as Command from "../src/Command.ts"
+import { node24Binary, systemNode } from "./support/nodes.ts"
+import { baseEnv, checkBuild, ROOT } from "./support/runtimes.ts"
+
+/** An error as Node's loader makes them. */
+const nodeError = (code: string, message: string) => Object.assign(new TypeError(message), { code })
+
+const unknownExtension = (extension: string) =>
+  nodeError(
+    "ERR_UNKNOWN_FILE_EXTENSION",
+    `Unknown file extension "${extension}" for /srv/app/worker${extension}`,
+  )
+
+describe("Command.typeScriptHint", () => {
+  it("Node before 22.6: run it on Node 22.18+ or 24, on Deno, or compile it", () => {
+    expect(Command.typeScriptHint(unknownExtension(".ts"), "./worker.ts", "20.20.2")).toBe(
+      "cannot load ./worker.ts: Node v20.20.2 cannot run TypeScript (.ts): run it on Node 22.18+ " +
+        "or 24, or on Deno, or compile it with tsc and run the .js",
+    )
+    for (const extension of [".mts", ".cts"]) {
+      expect(Command.typeScriptHint(unknownExtension(extension), "./w", "22.5.1")).toContain(
+        `Node v22.5.1 cannot run TypeScript (${extension})`,
+      )
+    }
+  })
+
+  it("Node 22.6 – 22.17: the flag that turns stripping on", () => {
+    expect(Command.typeScriptHint(unknownExtension(".ts"), "./worker.ts", "22.12.0")).toBe(
+      "cannot load ./worker.ts: Node v22.12.0 runs .ts files only with " +
+        "--experimental-strip-types: NODE_OPTIONS=--experimental-strip-types async-task-worker " +
+        "run ./worker.ts, or use Node 22.18+ or 24, or Deno, or compile it with tsc and run the .js",
+    )
+  })
+
+  it("Node 22.18+ and 24 with stripping turned off", () => {
+    for (const node of ["22.18.0", "24.22.3", "26.1.0"]) {
+      expect(Command.typeScriptHint(unknownExtension(".ts"), "./w.ts", node)).toContain(
+        "--no-experimental-strip-types: run it without that flag",
+      )
+    }
+  })
+
+  it("a TypeScript file under node_modules: named, with what to do", () => {
+    const error = nodeError(
+      "ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING",
+      'Stripping types is currently unsupported for files under node_modules, for "file:///srv/app/node_modules/dep/index.ts"',
+    )
+    expect(Command.typeScriptHint(error, "./w.ts", "24.22.3")).toBe(
+      "cannot load ./w.ts: Node strips types only outside node_modules, and " +
+        "file:///srv/app/node_modules/dep/index.ts is inside: compile it to JavaScript, or run " +
+        "the worker on Deno",
+    )
+  })
+
+  it("syntax that stripping cannot erase: Node's message, and what to do", () => {
+    const error = nodeError(
+      "ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX",
+      "TypeScript enum is not supported in strip-only mode\n  at /srv/app/w.ts:1:1",
+    )
+    expect(Command.typeScriptHint(error, "./w.ts", "24.22.3")).toBe(
+      "cannot load ./w.ts: TypeScript enum is not supported in strip-only mode: Node's type " +
+        "stripping only erases types; use NODE_OPTIONS=--experimental-transform-types, or " +
+        "compile it with tsc and run the .js",
+    )
+  })
+
+  it("anything else is not its business", () => {
+    const others: ReadonlyArray<unknown> = [
+      unknownExtension(".tsx"),
+      unknownExtension(".coffee"),
+      nodeError("ERR_MODULE_NOT_FOUND", "Cannot find module '/srv/app/w.ts'"),
+      new Error('Unknown file extension ".ts"'),
+      "ERR_UNKNOWN_FILE_EXTENSION",
+      undefined,
+      new Proxy({}, {
+        get: () => {
+          throw new Error("no")
+        },
+      }),
+    ]
+    for (const error of others) {
+      expect(Command.typeScriptHint(error, "./w.ts", "20.20.2")).toBe(undefined)
+    }
+  })
+})
+
+describe("the built CLI and a .ts worker", () => {
+  const dir = mkdtempSync(join(tmpdir(), "cli-typescript-"))
+  // The worker imports the SDK and effect as the CLI does, from the repository.
+  const sdk = pathToFileURL(join(ROOT, "dist/index.js")).href
+  const effect = pathToFileURL(join(ROOT, "node_modules/effect/dist/esm/index.js")).href
+  const TASK = '{"text":"one two three"}\n'
+
+  beforeAll(() => {
+    checkBuild()
+    writeFileSync(
+      join(dir, "worker.ts"),
+      `import { Effect, Schema } from ${JSON.stringify(effect)}
+import { Worker } from ${JSON.stringify(sdk)}
+
+const Text = Schema.Struct({ text: Schema.String })
+export const worker = Worker.make({
+  name: "ts-worker",
+  input: Text,
+  output: Schema.Struct({ words: Schema.Number }),
+  timeout: "5 seconds",
+  handler: (input: typeof Text.Type) => Effect.succeed({ words: input.text.split(" ").length }),
+})
+`,
+    )
+    writeFileSync(join(dir, "enum.ts"), "enum Mode { A }\nexport const worker = Mode.A\n")
+    mkdirSync(join(dir, "node_modules/dep"), { recursive: true })
+    writeFileSync(
+      join(dir, "node_modules/dep/package.json"),
+      '{"name":"dep","type":"module","exports":"./index.ts"}',
+    )
+    writeFileSync(join(dir, "node_modules/dep/index.ts"), "export const worker: number = 1\n")
+    writeFileSync(join(dir, "dep.ts"), 'export { worker } from "dep"\n')
+  })
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  const cli = (node: string, module: string, env: Record<string, string> = {}) =>
+    spawnSync(node, [join(ROOT, "dist/cli.js"), "run", module, "--memory"], {
+      cwd: dir,
+      env: { ...baseEnv(), HEALTH_CHECK_HOST: "127.0.0.1", HEALTH_CHECK_PORT: "0", ...env },
+      input: TASK,
+      encoding: "utf8",
+      timeout: 30_000,
+    })
+  const oneLine = (result: ReturnType<typeof cli>) => {
+    const output = `exit ${result.status}\n${result.stdout}\n${result.stderr}`
+    expect(result.status, output).toBe(2)
+    const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
+    expect(lines, output).toHaveLength(1)
+    return lines[0]!
+  }
+
+  it("Node 24 runs it", () => {
+    const result = cli(node24Binary(), "./worker.ts")
+    expect(result.status, result.stdout + result.stderr).toBe(0)
+    expect(result.stdout).toContain(
+      '{"task_id":"local-1","data":{"message_type":"success","response":{"words":3}}}',
+    )
+  }, 40_000)
+
+  it("the system's Node, unless it strips types: exit 2, one line", () => {
+    const node = systemNode()
+    const strips = spawnSync(node, ["-p", "Boolean(process.features.typescript)"], {
+      encoding: "utf8",
+    }).stdout.trim()
+    if (strips === "true") return
+    expect(oneLine(cli(node, "./worker.ts"))).toMatch(
+      /^async-task-worker: cannot load \.\/worker\.ts: Node v\d+\.\d+\.\d+ cannot run TypeScript \(\.ts\): run it on Node 22\.18\+ or 24, or on Deno, or compile it with tsc and run the \.js$/,
+    )
+  }, 40_000)
+
+  it("Node 24 with stripping turned off, an enum, a .ts under node_modules: one line each", () => {
+    const node24 = node24Binary()
+    expect(
+      oneLine(cli(node24, "./worker.ts", { NODE_OPTIONS: "--no-experimental-strip-types" })),
+    ).toContain("runs with --no-experimental-strip-types")
+    expect(oneLine(cli(node24, "./enum.ts"))).toContain(
+      "TypeScript enum is not supported in strip-only mode: Node's type stripping only erases types",
+    )
+    expect(oneLine(cli(node24, "./dep.ts"))).toContain(
+      "node_modules/dep/index.ts is inside: compile it to JavaScript",
+    )
+  }, 60_000)
+})

@@ -1,0 +1,84 @@
+/**
+ * The harness's types (issue 18): `submit` takes the worker's input as encoded (the `data.body`
+ * the platform sends) and a run's `response` has the worker's output type, read back from the
+ * wire with its `output` schema. The `@ts-expect-error` lines are checked by `deno check`.
+ */
+import { describe, expect, expectTypeOf, it } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Worker from "../src/Worker.ts"
+
+const worker = Worker.make({
+  name: "typed",
+  // Encoded, `count` is a string: the body the platform sends.
+  input: Schema.Struct({ text: Schema.String, count: Schema.NumberFromString }),
+  // Encoded, `at` is an ISO string: the response the platform receives.
+  output: Schema.Struct({ text: Schema.String, at: Schema.Date }),
+  timeout: "5 seconds",
+  handler: ({ count, text }) =>
+    Effect.succeed({ text: text.repeat(count), at: new Date("2026-01-02T03:04:05.000Z") }),
+})
+
+describe("the harness's types", () => {
+  it("start: submit takes the encoded input, response is the output", async () => {
+    await using harness = await WorkerHarness.start(worker)
+    expectTypeOf(harness.submit).parameter(0).toEqualTypeOf<
+      { readonly text: string; readonly count: string }
+    >()
+    const run = await harness.submit({ text: "ab", count: "2" })
+    run.assertSucceeded()
+    expectTypeOf(run.response).toEqualTypeOf<
+      { readonly text: string; readonly at: Date } | undefined
+    >()
+    expect(run.response).toEqual({ text: "abab", at: new Date("2026-01-02T03:04:05.000Z") })
+    expect(run.response?.at).toBeInstanceOf(Date)
+    // The wire keeps the encoded response.
+    const success = run.messages.at(-1)!.data
+    expect(success.message_type === "success" && success.response).toEqual({
+      text: "abab",
+      at: "2026-01-02T03:04:05.000Z",
+    })
+    const refuse = () => {
+      // @ts-expect-error: the decoded input is not what the platform sends
+      void harness.submit({ text: "ab", count: 2 })
+      // @ts-expect-error: a field the output does not have
+      void run.response?.words
+    }
+    expect(refuse).toBeTypeOf("function")
+  })
+
+  it("a body the schema rejects goes through a cast or submitRaw", async () => {
+    await using harness = await WorkerHarness.start(worker)
+    const run = await harness.submit({ text: "ab" } as never)
+    run.assertFailed({ code: "INVALID_INPUT" })
+    expect(run.response).toBeUndefined()
+    const raw = await harness.submitRaw(
+      '{"task_id":"t-raw","data":{"message_type":"submission","body":{"text":1}}}',
+    )
+    raw.assertFailed({ code: "INVALID_INPUT" })
+  })
+
+  it.scoped("make: the Effect harness is typed alike", () =>
+    Effect.gen(function* () {
+      const harness = yield* WorkerHarness.make(worker)
+      expectTypeOf(harness).toEqualTypeOf<
+        WorkerHarness.WorkerHarness<
+          { readonly text: string; readonly count: string },
+          { readonly text: string; readonly at: Date }
+        >
+      >()
+      const run = yield* harness.submit({ text: "x", count: "3" })
+      expect(run.response?.text).toBe("xxx")
+      // A typed harness is still a `WorkerHarness`, as code written before the types has it.
+      const untyped: WorkerHarness.WorkerHarness = harness
+      expect(untyped).toBe(harness)
+    }))
+
+  it("a typed AsyncWorkerHarness is an AsyncWorkerHarness", async () => {
+    const harness = await WorkerHarness.start(worker)
+    const untyped: WorkerHarness.AsyncWorkerHarness = harness
+    const run: WorkerHarness.TaskRun = await untyped.submit({ text: "a", count: "1" })
+    run.assertSucceeded()
+    await harness.close()
+  })
+})
