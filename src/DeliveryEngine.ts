@@ -39,7 +39,7 @@ export class DeliveryEngine
     readonly consume: Effect.Effect<void, TransportError>
     /** Deliveries in hand. */
     readonly inFlight: Effect.Effect<number>
-    /** Completes when no delivery is in hand. */
+    /** Completes once intake has stopped and every delivery taken is settled. */
     readonly awaitIdle: Effect.Effect<void>
     /** Interrupts every delivery in hand: each requeues itself (`shutdown_requeued`). */
     readonly interruptAll: Effect.Effect<void>

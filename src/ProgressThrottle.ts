@@ -37,7 +37,14 @@ export interface TaskProgress {
  */
 export class ProgressThrottle
   extends Context.Tag("@async-task/worker/ProgressThrottle")<ProgressThrottle, {
-    readonly open: (taskId: string) => Effect.Effect<TaskProgress, never, Scope.Scope>
+    /**
+     * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
+     * says the task's lease is lost (the broker has the task back: it is fenced).
+     */
+    readonly open: (
+      taskId: string,
+      options?: { readonly isLost?: (() => boolean) | undefined },
+    ) => Effect.Effect<TaskProgress, never, Scope.Scope>
   }>() {}
 
 const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
@@ -55,7 +62,7 @@ export const make = (
 ): ProgressThrottle["Type"] => {
   const intervalMillis = Duration.toMillis(Duration.decode(interval))
   return ProgressThrottle.of({
-    open: (taskId) =>
+    open: (taskId, options) =>
       Effect.gen(function* () {
         const scope = yield* Effect.scope
         let highest = -1
@@ -69,6 +76,7 @@ export const make = (
           const body = held
           if (body === undefined) return Effect.void
           held = undefined
+          if (options?.isLost?.() === true) return drop("concluded")
           return Effect.flatMap(Clock.currentTimeMillis, (now) => {
             lastSentAt = now
             return publish(body, "progress").pipe(

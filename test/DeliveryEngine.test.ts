@@ -26,7 +26,7 @@ import type { TaskContext } from "../src/TaskContext.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import { type Delivery, Redeliveries, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
-import { FatalError, LeaseLost, RetryableError } from "../src/WorkerError.ts"
+import { FatalError, LeaseLost, PublishError, RetryableError } from "../src/WorkerError.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -1601,5 +1601,65 @@ describe("DeliveryEngine", () => {
         }).pipe(Effect.scoped, Effect.provide(memoryEnvironment(worker)))
       )
     })
+  })
+
+  describe("review findings", () => {
+    it.scoped("a lease lost while `started` awaits its confirm: the handler is never called", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let calls = 0
+          const worker = define(() => {
+            calls++
+            return Effect.succeed({ words: 0 })
+          })
+          const { engine, take } = yield* makeEngine(worker, {
+            wrap: (t) => ({
+              ...t,
+              // The confirm of `started` takes 3 s: the 1 s lease expires meanwhile.
+              publish: (body, type) =>
+                type === "started"
+                  ? Effect.zipRight(Effect.sleep("3 seconds"), t.publish(body, type))
+                  : t.publish(body, type),
+            }),
+          })
+          const delivery = yield* take("t-lost-early", { text: "a" }, { leaseDuration: "1 second" })
+          const fiber = yield* Effect.fork(engine.handle(delivery))
+          yield* TestClock.adjust("4 seconds")
+          expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "cancelled" })
+          expect(calls).toBe(0)
+          expectSettled(logs, {
+            outcome: "cancelled",
+            action: "nack-requeue",
+            taskId: "t-lost-early",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.scoped("a publish lost with its connection is retried after a pause, not at once", () =>
+      Effect.gen(function* () {
+        let attempts = 0
+        let failures = 50
+        const { engine, take } = yield* makeEngine(counting, {
+          wrap: (t) => ({
+            ...t,
+            publish: (body, type) =>
+              Effect.suspend(() => {
+                attempts++
+                return failures-- > 0
+                  ? Effect.fail(new PublishError({ reason: "closed", messageType: type }))
+                  : t.publish(body, type)
+              }),
+          }),
+        })
+        const fiber = yield* Effect.fork(engine.handle(yield* take("t-closed", { text: "a" })))
+        yield* TestClock.adjust("1 second")
+        // 100 ms doubling, jittered: a handful of tries in the first second, not fifty.
+        expect(attempts).toBeGreaterThan(1)
+        expect(attempts).toBeLessThan(8)
+        failures = 0
+        yield* TestClock.adjust("10 seconds")
+        expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "success" })
+      }))
   })
 })

@@ -323,4 +323,20 @@ describe("ProgressThrottle", () => {
         }))
     }
   })
+
+  it.scoped("a task whose lease is lost publishes nothing more, even an update already due", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      let lost = false
+      const progress = yield* throttle.open("t-fenced", { isLost: () => lost })
+      yield* progress.report(0.1)
+      yield* settle
+      yield* progress.report(0.2)
+      yield* TestClock.adjust("1 second")
+      yield* progress.report(0.3)
+      lost = true
+      yield* TestClock.adjust("1 second")
+      yield* progress.close
+      expect(publisher.timeline()).toEqual([[0, 0.1], [1000, 0.2]])
+    }))
 })

@@ -206,6 +206,7 @@ describe("Tracing", () => {
       for (const delivery of deliveries) expect(delivery.parentSpanContext).toBeUndefined()
       expect(idsOf(deliveries[0]!).traceId).not.toBe(idsOf(deliveries[1]!).traceId)
       // A handler's spans stay in their own delivery's trace.
+      expect(named("count")).toHaveLength(2)
       for (const count of named("count")) {
         const handler = named(HANDLER_SPAN).find((h) => idsOf(h).spanId === parentOf(count))
         expect(handler).toBeDefined()

@@ -7,10 +7,14 @@ import {
   Effect,
   Fiber,
   Layer,
+  Logger,
+  LogLevel,
   Schema,
   TestClock,
 } from "effect"
+import * as Net from "node:net"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
+import * as Probes from "../src/Probes.ts"
 import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import * as WorkerHarness from "../src/testing.ts"
@@ -403,4 +407,53 @@ describe("Worker.layerConfig", () => {
       )
       expect(String(error.message ?? error)).toContain("APP_WORKER_QUEUE")
     }))
+})
+
+describe("Worker.layerMemory with Probes.layer", () => {
+  it.live("runs on the embedded broker it provides, its probes on their own port", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.promise(() =>
+        new Promise<number>((resolve) => {
+          const server = Net.createServer().listen(0, "127.0.0.1", () => {
+            const address = server.address() as Net.AddressInfo
+            server.close(() => resolve(address.port))
+          })
+        })
+      )
+      const worker = Worker.make({
+        name: "embedded",
+        input: Text,
+        output: Words,
+        timeout: "5 seconds",
+        handler: ({ text }) => Effect.succeed({ words: countWords(text) }),
+      })
+      const context = yield* Layer.build(
+        Probes.layer.pipe(
+          Layer.provideMerge(
+            Worker.layerMemory(worker, {
+              settings: { healthCheckHost: "127.0.0.1", healthCheckPort: port },
+            }),
+          ),
+        ),
+      )
+      const broker = Context.get(context, MemoryBroker.MemoryBroker)
+      yield* broker.publish(
+        "embedded_queue_in",
+        `{"task_id":"t-1","data":{"message_type":"submission","body":{"text":"a b c"}}}`,
+      ).pipe(Effect.orDie)
+      const success = `{"task_id":"t-1","data":{"message_type":"success","response":{"words":3}}}`
+      let published: ReadonlyArray<string> = []
+      for (let i = 0; i < 100 && !published.includes(success); i++) {
+        yield* Effect.sleep("20 millis")
+        published = (yield* broker.published("embedded_queue_out")).map((m) =>
+          new TextDecoder().decode(m.body)
+        )
+      }
+      expect(published).toContain(success)
+      const ready = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/ready`))
+      expect(ready.status).toBe(200)
+      expect(yield* Effect.promise(() => ready.json())).toMatchObject({
+        components: { broker: { status: "ok" }, draining: { status: "ok" } },
+      })
+    }).pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Warning)))
 })

@@ -64,6 +64,8 @@ describe("a worker's error mapping", () => {
       ;(yield* harness.submit({ id: "gone" })).assertFailed({ code: "NOT_FOUND" })
     }))
 
+  // The check is the compiler's: `npm run check` type-checks test/, where the @ts-expect-error
+  // below fails the build if a missing tag ever compiles.
   it("names every tag the handler fails with: a missing one does not compile", () => {
     const incomplete = () =>
       Worker.make({

@@ -84,7 +84,10 @@ export class ProbeSockets {
   admit(socket: Socket): boolean {
     const slot = this.held.get(socket)
     if (slot === undefined) return true
-    if (this.answering >= this.max) {
+    // One request per connection: should a runtime ever hand over a second request pipelined
+    // behind the first (Node and Deno do not, after a `connection: close` answer), it is not
+    // answered, or it would count as answering once more and be given back once.
+    if (!slot.incomplete || this.answering >= this.max) {
       this.drop(socket)
       return false
     }

@@ -19,8 +19,14 @@ class Database extends Context.Tag("app/Database")<Database, {
   readonly record: (event: string) => Effect.Effect<void>
 }>() {}
 
-/** The app's database: what happens to it, in order, is the test's record. */
-const databaseLayer = (events: Array<string>) =>
+/**
+ * The app's database: what happens to it, in order, is the test's record. As it closes, it
+ * records what `beforeClose` says (the worker's transport, as its `broker` probe sees it).
+ */
+const databaseLayer = (
+  events: Array<string>,
+  beforeClose: { check?: Effect.Effect<string> } = {},
+) =>
   Layer.scoped(
     Database,
     Effect.acquireRelease(
@@ -28,9 +34,22 @@ const databaseLayer = (events: Array<string>) =>
         events.push("database opened")
         return { record: (event: string) => Effect.sync(() => void events.push(event)) }
       }),
-      () => Effect.sync(() => void events.push("database closed")),
+      () =>
+        Effect.gen(function* () {
+          if (beforeClose.check !== undefined) events.push(yield* beforeClose.check)
+          events.push("database closed")
+        }),
     ),
   )
+
+/** The worker's `broker` readiness component, as a line of the record. */
+const brokerProbe = (probes: Probes.ProbeServerOptions): Effect.Effect<string> => {
+  const broker = probes.readiness.find((component) => component.name === "broker")!
+  return Effect.match(broker.check, {
+    onFailure: (error) => `broker: ${(error as { message?: string }).message}`,
+    onSuccess: () => "broker: connected",
+  })
+}
 
 const worker = (name: string) =>
   Worker.make({
@@ -67,9 +86,10 @@ describe("the worker inside an Effect app", () => {
     async () => {
       const name = uniqueName("app")
       const events: Array<string> = []
+      const beforeClose: { check?: Effect.Effect<string> } = {}
       const app = Worker.layer(worker(name), {
         settings: { brokerUrl: urlFor(QUORUM_VHOST), concurrency: 2, shutdownGrace: "2 seconds" },
-      }).pipe(Layer.provideMerge(databaseLayer(events)))
+      }).pipe(Layer.provideMerge(databaseLayer(events, beforeClose)))
       const scope = Effect.runSync(Scope.make())
       try {
         const context = await Effect.runPromise(
@@ -77,6 +97,7 @@ describe("the worker inside an Effect app", () => {
         )
         // Built once started and connected: the startup hook ran, before any task.
         expect(events).toEqual(["database opened", "startup hook"])
+        beforeClose.check = brokerProbe(Context.get(context, Probes.WorkerProbes))
 
         // The app's own routes, the worker's probes mounted beside them, served by
         // @effect/platform's web handler.
@@ -130,9 +151,12 @@ describe("the worker inside an Effect app", () => {
         const after = events.slice(events.indexOf("task long started"))
         expect(after).toEqual(expect.arrayContaining(["task short done", "shutdown hook"]))
         expect(events).not.toContain("task long done")
-        // The drain, then the shutdown hooks; the Database is released last of all.
+        // The drain, then the shutdown hooks, then the transport closed; the Database last.
         expect(events.indexOf("task short done")).toBeLessThan(events.indexOf("shutdown hook"))
-        expect(events.at(-1)).toBe("database closed")
+        expect(events.slice(-2)).toEqual([
+          "broker: the broker connection is closed",
+          "database closed",
+        ])
         // The long task was requeued, not concluded: it waits in the queue for a worker.
         const out = await broker.drain(`${name}_queue_out`)
         expect(out.filter((m) => m.type === "success").map((m) => JSON.parse(m.text).task_id))

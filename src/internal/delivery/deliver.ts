@@ -22,11 +22,20 @@ import {
   type Task,
   type TaskRef,
 } from "./plan.ts"
-import { backoff, publishStarted, requeueDelivery, settle } from "./settle.ts"
+import { backoff, logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
 
-const logBroken = (cause: Cause.Cause<unknown>) =>
-  Effect.logError("The delivery engine failed; the message is requeued", cause)
+/** The delivery's trace, unless the app's tracer cannot even start it: then none. */
+const traceOf = (
+  tracing: NonNullable<EngineContext<unknown, unknown, unknown>["tracing"]>,
+  delivery: Delivery,
+): DeliveryTrace | undefined => {
+  try {
+    return new DeliveryTrace(tracing, delivery.headers)
+  } catch {
+    return undefined
+  }
+}
 
 /** Interrupted while it waited (a shutdown), or broken: requeued either way. */
 const shutdownOrBroken = (task: TaskRef | undefined, cause: Cause.Cause<unknown>) =>
@@ -239,9 +248,7 @@ export function* deliver<A, O, R>(
   const takenAt = ctx.clock.unsafeCurrentTimeMillis()
   const hold: SlotHold = {}
   const known: { task: TaskRef | undefined } = { task: undefined }
-  const trace = ctx.tracing === undefined
-    ? undefined
-    : new DeliveryTrace(ctx.tracing, delivery.headers)
+  const trace = ctx.tracing === undefined ? undefined : traceOf(ctx.tracing, delivery)
   let decision: Decision.Decision
   try {
     let plan: Plan
@@ -256,7 +263,11 @@ export function* deliver<A, O, R>(
     yield* logBroken(Cause.die(defect))
     decision = yield* requeueDelivery(delivery, requeue(known.task, "engine_error").decision)
   }
-  trace?.settled(decision)
+  try {
+    trace?.settled(decision)
+  } catch {
+    // The app's tracer failed to end the span: the delivery is settled all the same.
+  }
   const runaway = hold.runaway
   if (runaway !== undefined) {
     // Settled, and said so; the slot and the in-flight count wait for the handler to end.

@@ -80,6 +80,7 @@ export const interruptedFromOutside = (df: DeliveryFiber): boolean => {
 const progressOf = <A, O, R>(
   ctx: EngineContext<A, O, R>,
   taskId: string,
+  lease: Lease,
   taskScope: Scope.CloseableScope,
 ) => {
   let progress:
@@ -88,7 +89,7 @@ const progressOf = <A, O, R>(
   return (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
     Effect.suspend(() => {
       if (progress !== undefined) return progress.report(fraction, payload)
-      return Scope.extend(ctx.throttle.open(taskId), taskScope).pipe(
+      return Scope.extend(ctx.throttle.open(taskId, { isLost: lease.isLost }), taskScope).pipe(
         Effect.flatMap((opened) => {
           progress ??= opened
           return progress.report(fraction, payload)
@@ -116,7 +117,7 @@ export function* runHandler<A, O, R>(
   taskScope: Scope.CloseableScope,
   trace: DeliveryTrace | undefined,
 ): Steps<Result> {
-  const report = progressOf(ctx, task.taskId, taskScope)
+  const report = progressOf(ctx, task.taskId, lease, taskScope)
   const { abort, context } = TaskContext.make(
     {
       taskId: task.taskId,
@@ -155,7 +156,9 @@ export function* runHandler<A, O, R>(
   let invoked: Invoked<R> | undefined
   let exit: Exit.Exit<unknown, unknown>
   try {
-    invoked = invoke(ctx, input, context)
+    // A lease lost already (while `started` awaited its confirm) is heard at once: the handler
+    // is not called at all.
+    invoked = stoppedWith === undefined ? invoke(ctx, input, context) : { effect: Effect.interrupt }
     exit = yield* Effect.exit(restore(invoked.effect as Effect.Effect<unknown, unknown>))
   } finally {
     // Whatever happened, this task's timer and lease hold end here: left armed, they would stop

@@ -101,7 +101,7 @@ export type Next =
   | { readonly _tag: "Backoff"; readonly delay: unknown; readonly plan: Plan }
 
 /** Whether a broker's delivery count is one: an integer, not negative. */
-export const isDeliveryCount = (count: unknown): count is number =>
+const isDeliveryCount = (count: unknown): count is number =>
   typeof count === "number" && Number.isInteger(count) && count >= 0
 
 /** The message's attempt and the limit it counts against, from what the broker says. */
@@ -116,7 +116,7 @@ export const attemptOf = (
     : { attempt: redeliveries.redelivered ? 2 : 1, deliveryLimit: Math.min(deliveryLimit, 2) }
 
 /** The decision of `task` with `outcome` and `action`. */
-export const decide = (
+const decide = (
   task: TaskRef | undefined,
   outcome: Decision.Outcome,
   action: Decision.Action,
@@ -303,7 +303,7 @@ export const handlerEnd = (result: Result): Concurrency.HandlerEnd => {
 }
 
 /** Step 6 for a handler that succeeded: its output, encoded by the output schema, is the response. */
-export const succeeded = (
+const succeeded = (
   output: unknown,
   task: Task,
   encodeOutput: (u: unknown) => Either.Either<unknown, ParseResult.ParseError>,

@@ -78,7 +78,10 @@ const holdFor = <A, O, R>(
     if (!pending) return
     stopTimer = ctx.timers.after(delayMillis, () => finish("elapsed"))
     stopLease = ctx.renewal.unsafeHold(lease, () => finish("lost"))
-    if (untilOpen) stopGate = ctx.gate.onOpen(() => finish("elapsed"))
+    if (!pending) return
+    // Only a refusing gate wakes the wait when it opens: an open one would end it at once, and a
+    // publish lost with its connection would be tried again without a pause.
+    if (untilOpen && ctx.gate.refusing) stopGate = ctx.gate.onOpen(() => finish("elapsed"))
     return Effect.sync(() => finish("closing"))
   })
 
@@ -203,7 +206,8 @@ const publishHeld = <A, O, R>(
     ? publishTries(ctx, delivery, body, type, deadline, df, restore, interruptible, undefined)
     : publishTraced(ctx, delivery, body, type, deadline, df, restore, interruptible, trace, taskId)
 
-const logBroken = (cause: Cause.Cause<unknown>) =>
+/** The ERROR line of a delivery the engine broke on, with its cause. */
+export const logBroken = (cause: Cause.Cause<unknown>) =>
   Effect.logError("The delivery engine failed; the message is requeued", cause)
 
 /**

@@ -30,7 +30,7 @@ export const DELIVERY_SPAN = "async-task.delivery"
 export const HANDLER_SPAN = "handler"
 
 /** The name of the span of a publish of `type` (`publish started`, `publish success`, …). */
-export const publishSpanName = (type: MessageType): string => `publish ${type}`
+const publishSpanName = (type: MessageType): string => `publish ${type}`
 
 /** The tracer Effect runs with when the app sets none: its spans go nowhere. */
 const nativeTracer = Context.get(DefaultServices.liveServices, Tracer.Tracer)
@@ -124,7 +124,7 @@ const ERROR_OUTCOMES: ReadonlySet<Decision.Outcome> = new Set<Decision.Outcome>(
 export class DeliveryTrace {
   readonly span: Tracer.Span
   /** The handler's context (its services and the task's scope), once the task is to run. */
-  handlerContext: Context.Context<any> | undefined
+  private handlerContext: Context.Context<any> | undefined
   private handler: Tracer.Span | undefined
 
   constructor(private readonly tracing: Tracing, headers: Headers | undefined) {
