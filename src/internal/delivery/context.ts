@@ -11,11 +11,12 @@ import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
 import type { WorkerSettings } from "../../Settings.ts"
 import type { TaskInfo, TaskLogger } from "../../TaskContext.ts"
-import type { Transport } from "../../Transport.ts"
+import type { Delivery, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import type { OutputGate } from "../outputGate.ts"
 import type { Timers } from "../timers.ts"
-import type { Tracing } from "./tracing.ts"
+import type { TaskRef } from "./plan.ts"
+import type { DeliveryTrace, Tracing } from "./tracing.ts"
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
 export type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
@@ -31,6 +32,27 @@ export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect
 export interface DeliveryFiber {
   readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
   stopped: boolean
+}
+
+/**
+ * One delivery in hand, as every step of it sees it: made once per delivery (`deliver.ts`), and
+ * filled in as the steps learn its task and take, then give back, a slot.
+ */
+export interface InHand {
+  readonly delivery: Delivery
+  readonly df: DeliveryFiber
+  readonly restore: Restore
+  /** When it was taken: how long it may be held counts from here. */
+  readonly takenAt: number
+  readonly trace: DeliveryTrace | undefined
+  /** The task the message names, once it is opened. */
+  task: TaskRef | undefined
+  /** The limiter's ticket of the slot it holds, while it holds one. */
+  ticket: number | undefined
+  /** How the handler ended, for the adaptive policy. */
+  end: "success" | "congestion" | "timeout" | "other" | undefined
+  /** An `async` handler's Promise still pending after the engine stopped it. */
+  runaway: Promise<unknown> | undefined
 }
 
 /** The engine closing: deliveries that wait without being interruptible are woken by it. */

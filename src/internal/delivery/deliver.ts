@@ -8,9 +8,9 @@ import * as Decision from "../../Decision.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Delivery } from "../../Transport.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
-import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
+import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
 import { withTaskRefs } from "./fiberRefs.ts"
-import { runHandler, type SlotHold } from "./handler.ts"
+import { runHandler } from "./handler.ts"
 import {
   afterHandler,
   countWarning,
@@ -61,10 +61,10 @@ const warnRedeliveries = <A, O, R>(
 }
 
 /** Gives the slot back, with how the handler ended, and runs the change of target it calls for. */
-function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, hold: SlotHold): Steps<void> {
-  if (hold.ticket === undefined) return
-  const adjust = ctx.limiter.release(hold.ticket, hold.end ?? "other")
-  hold.ticket = undefined
+function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<void> {
+  if (it.ticket === undefined) return
+  const adjust = ctx.limiter.release(it.ticket, it.end ?? "other")
+  it.ticket = undefined
   if (adjust !== undefined) yield* Effect.exit(adjust)
 }
 
@@ -110,48 +110,32 @@ const awaitRunaway = <A, O, R>(
 /** Steps 4 to 6 of a task that may run: a slot, `started`, the handler, what its result comes to. */
 function* runTask<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
+  it: InHand,
   task: Task,
   envelope: Envelope,
   input: A,
-  df: DeliveryFiber,
-  restore: Restore,
-  hold: SlotHold,
   taskScope: Scope.CloseableScope,
-  takenAt: number,
-  trace: DeliveryTrace | undefined,
 ): Steps<Plan> {
   // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
-  hold.ticket = ctx.limiter.tryAcquire()
-  while (hold.ticket === undefined) {
-    const waited = yield* Effect.exit(restore(ctx.limiter.awaitSlot))
+  it.ticket = ctx.limiter.tryAcquire()
+  while (it.ticket === undefined) {
+    const waited = yield* Effect.exit(it.restore(ctx.limiter.awaitSlot))
     if (waited._tag === "Failure") return yield* shutdownOrBroken(task, waited.cause)
-    hold.ticket = ctx.limiter.tryAcquire()
+    it.ticket = ctx.limiter.tryAcquire()
   }
-  const started = yield* publishStarted(ctx, delivery, task, df, restore, takenAt, trace)
+  const started = yield* publishStarted(ctx, it, task)
   if (started !== undefined) return started
   const startedAt = ctx.clock.unsafeCurrentTimeMillis()
-  const result = yield* runHandler(
-    ctx,
-    task,
-    envelope,
-    input,
-    delivery.lease,
-    df,
-    restore,
-    hold,
-    taskScope,
-    trace,
-  )
-  hold.end = handlerEnd(result)
+  const result = yield* runHandler(ctx, it, task, envelope, input, taskScope)
+  it.end = handlerEnd(result)
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
   // handler still runs.
-  if (hold.runaway === undefined) yield* releaseSlot(ctx, hold)
+  if (it.runaway === undefined) yield* releaseSlot(ctx, it)
   const next = afterHandler(result, task, ctx.settings, ctx.encodeOutput)
   let plan = next.plan
   if (next._tag === "Backoff") {
     const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
-    const slept = yield* Effect.exit(restore(Effect.sleep(delay)))
+    const slept = yield* Effect.exit(it.restore(Effect.sleep(delay)))
     if (slept._tag === "Failure") plan = requeue(task, "shutdown_requeued")
   } else if (next.note !== undefined) {
     yield* logNote(next.note)
@@ -167,25 +151,17 @@ function* runTask<A, O, R>(
  * Opens the delivery, sets the delivery's annotations and, for a task, the handler's context on
  * the fiber, and runs the task: everything up to the plan.
  */
-function* planDelivery<A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
-  df: DeliveryFiber,
-  restore: Restore,
-  hold: SlotHold,
-  takenAt: number,
-  known: { task: TaskRef | undefined },
-  trace: DeliveryTrace | undefined,
-): Steps<Plan> {
+function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<Plan> {
+  const { delivery, trace } = it
   let opening: ReturnType<typeof open<A>> | undefined
   let broken: Cause.Cause<never> | undefined
   try {
     opening = open(delivery.body, delivery.redeliveries, ctx.settings, ctx.decodeInput)
-    known.task = opening.task
+    it.task = opening.task
   } catch (defect) {
     broken = Cause.die(defect)
   }
-  const task = known.task
+  const task = it.task
   const annotations = HashMap.mutate(ctx.baseAnnotations, (annotations) => {
     if (task !== undefined) HashMap.set(annotations, "task_id", task.taskId)
     if (task?.attempt !== undefined) HashMap.set(annotations, "attempt", task.attempt)
@@ -214,19 +190,7 @@ function* planDelivery<A, O, R>(
   const context = trace === undefined ? taskContext : trace.withSpan(taskContext)
   yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
   yield* warnRedeliveries(ctx, delivery)
-  return yield* runTask(
-    ctx,
-    delivery,
-    opening.task,
-    opening.envelope,
-    opening.input,
-    df,
-    restore,
-    hold,
-    taskScope,
-    takenAt,
-    trace,
-  )
+  return yield* runTask(ctx, it, opening.task, opening.envelope, opening.input, taskScope)
 }
 
 /**
@@ -245,37 +209,44 @@ export function* deliver<A, O, R>(
   decided?: (decision: Decision.Decision) => void,
 ): Steps<Decision.Decision> {
   WorkerMetrics.tasksInFlight.unsafeUpdate(++ctx.state.inFlight, [])
-  const takenAt = ctx.clock.unsafeCurrentTimeMillis()
-  const hold: SlotHold = {}
-  const known: { task: TaskRef | undefined } = { task: undefined }
-  const trace = ctx.tracing === undefined ? undefined : traceOf(ctx.tracing, delivery)
+  const it: InHand = {
+    delivery,
+    df,
+    restore,
+    takenAt: ctx.clock.unsafeCurrentTimeMillis(),
+    trace: ctx.tracing === undefined ? undefined : traceOf(ctx.tracing, delivery),
+    task: undefined,
+    ticket: undefined,
+    end: undefined,
+    runaway: undefined,
+  }
   let decision: Decision.Decision
   try {
     let plan: Plan
     try {
-      plan = yield* planDelivery(ctx, delivery, df, restore, hold, takenAt, known, trace)
+      plan = yield* planDelivery(ctx, it)
     } catch (defect) {
-      plan = yield* shutdownOrBroken(known.task, Cause.die(defect))
+      plan = yield* shutdownOrBroken(it.task, Cause.die(defect))
     }
-    decision = yield* settle(ctx, delivery, plan, known.task, df, restore, takenAt, trace)
+    decision = yield* settle(ctx, it, plan)
   } catch (defect) {
     // The settlement itself broke: the message goes back to the queue as it is.
     yield* logBroken(Cause.die(defect))
-    decision = yield* requeueDelivery(delivery, requeue(known.task, "engine_error").decision)
+    decision = yield* requeueDelivery(delivery, requeue(it.task, "engine_error").decision)
   }
   try {
-    trace?.settled(decision)
+    it.trace?.settled(decision)
   } catch {
     // The app's tracer failed to end the span: the delivery is settled all the same.
   }
-  const runaway = hold.runaway
+  const runaway = it.runaway
   if (runaway !== undefined) {
     // Settled, and said so; the slot and the in-flight count wait for the handler to end.
     decided?.(decision)
     Decision.unsafeLog(df.fiber, decision)
     yield* awaitRunaway(ctx, runaway)
   }
-  yield* releaseSlot(ctx, hold)
+  yield* releaseSlot(ctx, it)
   if (runaway === undefined) decided?.(decision)
   WorkerMetrics.tasksInFlight.unsafeUpdate(--ctx.state.inFlight, [])
   if (runaway === undefined) Decision.unsafeLog(df.fiber, decision)

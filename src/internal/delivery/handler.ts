@@ -9,19 +9,9 @@ import * as TaskContext from "../../TaskContext.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Lease } from "../../Transport.ts"
 import { kindOf } from "../handlerResult.ts"
-import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
+import type { DeliveryFiber, EngineContext, InHand, Steps } from "./context.ts"
 import { withContext } from "./fiberRefs.ts"
 import { classify, type Result, type Task } from "./plan.ts"
-import type { DeliveryTrace } from "./tracing.ts"
-
-/** A slot of the worker's limiter held by a delivery, and what it waits for to give it back. */
-export interface SlotHold {
-  ticket?: number | undefined
-  /** How the handler ended, for the adaptive policy. */
-  end?: "success" | "congestion" | "timeout" | "other" | undefined
-  /** An `async` handler's Promise still pending after the engine stopped it. */
-  runaway?: Promise<unknown> | undefined
-}
 
 /** What a handler call gave: its work as an Effect, and an `async` handler's Promise. */
 interface Invoked<R> {
@@ -101,22 +91,20 @@ const progressOf = <A, O, R>(
 /**
  * Runs the handler of `task`. The task's own scope (the handler's resources and its progress
  * channel) is closed before this returns, so nothing of the task outlives it but an `async`
- * handler that ignores its signal: its Promise is kept in `hold`, and the delivery keeps its slot
+ * handler that ignores its signal: its Promise is kept in `it`, and the delivery keeps its slot
  * until the Promise settles. A traced delivery runs the handler in its own span, the parent of
  * the handler's spans.
  */
 export function* runHandler<A, O, R>(
   ctx: EngineContext<A, O, R>,
+  it: InHand,
   task: Task,
   envelope: Envelope,
   input: A,
-  lease: Lease,
-  df: DeliveryFiber,
-  restore: Restore,
-  hold: SlotHold,
   taskScope: Scope.CloseableScope,
-  trace: DeliveryTrace | undefined,
 ): Steps<Result> {
+  const { df, restore, trace } = it
+  const lease = it.delivery.lease
   const report = progressOf(ctx, task.taskId, lease, taskScope)
   const { abort, context } = TaskContext.make(
     {
@@ -174,7 +162,7 @@ export function* runHandler<A, O, R>(
   const interrupted = Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) &&
     interruptedFromOutside(df)
   if (interrupted && stoppedWith === undefined) abort("The worker is shutting down")
-  if (stoppedWith !== undefined && invoked.promise !== undefined) hold.runaway = invoked.promise
+  if (stoppedWith !== undefined && invoked.promise !== undefined) it.runaway = invoked.promise
   const closed = yield* Effect.exit(Scope.close(taskScope, exit))
   if (Exit.isFailure(closed)) {
     yield* Effect.logError("Releasing the task's resources failed", closed.cause)

@@ -13,9 +13,8 @@ import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../utf8.ts"
 import { interruptedFromOutside } from "./handler.ts"
-import type { DeliveryFiber, EngineContext, Restore, Steps } from "./context.ts"
-import { backoffMillis, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
-import type { DeliveryTrace } from "./tracing.ts"
+import type { EngineContext, InHand, Steps } from "./context.ts"
+import { backoffMillis, fenced, type Plan, requeue, type Task } from "./plan.ts"
 
 /** The first wait before a refused publish is tried again, and the longest. */
 const PUBLISH_RETRY_BASE_MILLIS = 100
@@ -92,13 +91,12 @@ const holdFor = <A, O, R>(
  */
 export const hold = <A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
-  df: DeliveryFiber,
-  restore: Restore,
+  it: InHand,
   delayMillis: number,
   untilOpen: boolean,
 ): Effect.Effect<Waited> => {
-  const wait = holdFor(ctx, delivery.lease, delayMillis, untilOpen)
+  const { df, restore } = it
+  const wait = holdFor(ctx, it.delivery.lease, delayMillis, untilOpen)
   if (df.stopped) {
     return Effect.map(
       wait,
@@ -111,100 +109,72 @@ export const hold = <A, O, R>(
   )
 }
 
+/** A message to publish for the delivery, and how long it may be held for it. */
+interface Outgoing {
+  readonly body: Uint8Array
+  readonly type: MessageType
+  /** When the retries of a refused publish stop: the lease's time, less what must follow. */
+  readonly deadline: number
+  /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
+  readonly interruptible: boolean
+}
+
 /**
- * Publishes `body`, holding the delivery through refusals: a refused publish closes the output
+ * Publishes `out`, holding the delivery through refusals: a refused publish closes the output
  * gate and is retried after a capped, jittered backoff (at once when another publish is
- * confirmed), until `deadline`, while the lease holds. While the gate is closed, a first publish
- * waits before it tries: intake pauses rather than each new task knocking. Every try of a traced
- * publish carries the same `traceparent` (`options`).
+ * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
+ * publish waits before it tries: intake pauses rather than each new task knocking. Every try of
+ * a traced publish carries the same `traceparent` (`options`).
  */
 function* publishTries<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
-  body: Uint8Array,
-  type: MessageType,
-  deadline: number,
-  df: DeliveryFiber,
-  restore: Restore,
-  interruptible: boolean,
+  it: InHand,
+  out: Outgoing,
   options: PublishOptions | undefined,
 ): Steps<Publication> {
   let delayMillis = PUBLISH_RETRY_BASE_MILLIS
   let tries = !ctx.gate.refusing
   for (;;) {
     if (tries) {
-      if (delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(body, type, options)
-      const published = yield* Effect.exit(interruptible ? restore(publish) : publish)
+      if (it.delivery.lease.isLost()) return "lost"
+      const publish = ctx.transport.publish(out.body, out.type, options)
+      const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
         if (opened !== undefined) yield* opened
-        WorkerMetrics.count(WorkerMetrics.messagesPublished(type))
+        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type))
         return "published"
       }
       const refusal = Cause.failureOption(published.cause)
       if (Option.isNone(refusal) || Cause.isDie(published.cause)) {
         return Cause.isInterruptedOnly(published.cause) ? "closing" : published.cause
       }
-      WorkerMetrics.count(WorkerMetrics.publishFailures(type))
+      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type))
       // A publish lost with its connection is retried on the next one; only the broker's own
       // refusals close the gate.
       if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
     }
     tries = true
     const jittered = Math.round(delayMillis / 2 + ((yield* Random.next) * delayMillis) / 2)
-    const waited = yield* hold(ctx, delivery, df, restore, jittered, true)
+    const waited = yield* hold(ctx, it, jittered, true)
     if (waited !== "elapsed") return waited
-    if (ctx.clock.unsafeCurrentTimeMillis() >= deadline) return "expired"
+    if (ctx.clock.unsafeCurrentTimeMillis() >= out.deadline) return "expired"
     delayMillis = Math.min(delayMillis * 2, PUBLISH_RETRY_MAX_MILLIS)
   }
 }
 
-/** {@link publishTries} in a span of its own, when the delivery is traced. */
-function* publishTraced<A, O, R>(
+/** {@link publishTries}, in a span of its own when the delivery is traced. */
+function* publishHeld<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
-  body: Uint8Array,
-  type: MessageType,
-  deadline: number,
-  df: DeliveryFiber,
-  restore: Restore,
-  interruptible: boolean,
-  trace: DeliveryTrace,
-  taskId: string | undefined,
+  it: InHand,
+  out: Outgoing,
 ): Steps<Publication> {
-  const traced = trace.publish(type, taskId)
-  const published = yield* publishTries(
-    ctx,
-    delivery,
-    body,
-    type,
-    deadline,
-    df,
-    restore,
-    interruptible,
-    traced.options,
-  )
-  trace.endPublish(traced, published)
+  if (it.trace === undefined) return yield* publishTries(ctx, it, out, undefined)
+  const traced = it.trace.publish(out.type, it.task?.taskId)
+  const published = yield* publishTries(ctx, it, out, traced.options)
+  it.trace.endPublish(traced, published)
   return published
 }
-
-/** {@link publishTries}, traced when the delivery is: the untraced one adds no step. */
-const publishHeld = <A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
-  body: Uint8Array,
-  type: MessageType,
-  deadline: number,
-  df: DeliveryFiber,
-  restore: Restore,
-  interruptible: boolean,
-  trace: DeliveryTrace | undefined,
-  taskId: string | undefined,
-): Steps<Publication> =>
-  trace === undefined
-    ? publishTries(ctx, delivery, body, type, deadline, df, restore, interruptible, undefined)
-    : publishTraced(ctx, delivery, body, type, deadline, df, restore, interruptible, trace, taskId)
 
 /** The ERROR line of a delivery the engine broke on, with its cause. */
 export const logBroken = (cause: Cause.Cause<unknown>) =>
@@ -216,32 +186,21 @@ export const logBroken = (cause: Cause.Cause<unknown>) =>
  */
 export function* publishStarted<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
+  it: InHand,
   task: Task,
-  df: DeliveryFiber,
-  restore: Restore,
-  takenAt: number,
-  trace: DeliveryTrace | undefined,
 ): Steps<Plan | undefined> {
-  if (delivery.lease.isLost()) return fenced(task, "lease_lost")
+  if (it.delivery.lease.isLost()) return fenced(task, "lease_lost")
   const started = encodeMessageText({
     type: "started",
     task_id: task.taskId,
     hostname: ctx.settings.hostname,
   })
-  const deadline = takenAt + ctx.holdMillis - ctx.timeoutMillis
-  const published = yield* publishHeld(
-    ctx,
-    delivery,
-    encodeUtf8(Either.getOrThrow(started)),
-    "started",
-    deadline,
-    df,
-    restore,
-    true,
-    trace,
-    task.taskId,
-  )
+  const published = yield* publishHeld(ctx, it, {
+    body: encodeUtf8(Either.getOrThrow(started)),
+    type: "started",
+    deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
+    interruptible: true,
+  })
   switch (published) {
     case "published":
       return undefined
@@ -290,35 +249,25 @@ const ack = (delivery: Delivery, decision: Decision.Decision) =>
 /** Settles as `plan` says: the last step of every delivery. */
 export function* settle<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
+  it: InHand,
   plan: Plan,
-  task: TaskRef | undefined,
-  df: DeliveryFiber,
-  restore: Restore,
-  takenAt: number,
-  trace: DeliveryTrace | undefined,
 ): Steps<Decision.Decision> {
+  const delivery = it.delivery
   switch (plan._tag) {
     case "Fenced":
       return plan.decision
     case "Ack":
       return yield* ack(delivery, plan.decision)
     case "Requeue":
-      return yield* requeueSettled(ctx, delivery, plan.decision, task, df, restore)
+      return yield* requeueSettled(ctx, it, plan.decision)
     case "Conclude": {
       if (delivery.lease.isLost()) return leaseLost(plan.decision)
-      const published = yield* publishHeld(
-        ctx,
-        delivery,
-        encodeUtf8(plan.text),
-        plan.type,
-        takenAt + ctx.holdMillis,
-        df,
-        restore,
-        false,
-        trace,
-        plan.decision.taskId,
-      )
+      const published = yield* publishHeld(ctx, it, {
+        body: encodeUtf8(plan.text),
+        type: plan.type,
+        deadline: it.takenAt + ctx.holdMillis,
+        interruptible: false,
+      })
       if (published === "published") {
         const code = plan.decision.code
         if (code !== undefined) WorkerMetrics.count(WorkerMetrics.taskFailures(code))
@@ -332,7 +281,7 @@ export function* settle<A, O, R>(
         ? "shutdown_requeued"
         : "engine_error"
       const decision: Decision.Decision = { ...plan.decision, outcome, action: "nack-requeue" }
-      return yield* requeueSettled(ctx, delivery, decision, task, df, restore)
+      return yield* requeueSettled(ctx, it, decision)
     }
   }
 }
@@ -347,16 +296,14 @@ const leaseLost = (decision: Decision.Decision): Decision.Decision => ({
 
 function* requeueSettled<A, O, R>(
   ctx: EngineContext<A, O, R>,
-  delivery: Delivery,
+  it: InHand,
   decision: Decision.Decision,
-  task: TaskRef | undefined,
-  df: DeliveryFiber,
-  restore: Restore,
 ): Steps<Decision.Decision> {
+  const delivery = it.delivery
   const outcome = decision.outcome
   if (outcome === "publish_failed" || outcome === "engine_error") {
-    const delay = yield* backoff(ctx.settings, task?.attempt ?? 1, undefined)
-    yield* hold(ctx, delivery, df, restore, Duration.toMillis(delay), false)
+    const delay = yield* backoff(ctx.settings, it.task?.attempt ?? 1, undefined)
+    yield* hold(ctx, it, Duration.toMillis(delay), false)
   }
   if (delivery.lease.isLost()) return { ...decision, outcome: "cancelled", reason: "lease_lost" }
   if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
