@@ -52,7 +52,7 @@ const resolve = <V>(spec: Default<V>, defaults: SettingsDefaults): V =>
     ? (spec.default as (defaults: SettingsDefaults) => V)(defaults)
     : spec.default
 
-const row = <R, A, I>(options: {
+const rowOf = <R, A, I>(options: {
   readonly env: string
   readonly meaning: string
   readonly shownDefault: string
@@ -69,6 +69,41 @@ const row = <R, A, I>(options: {
     ),
 })
 
+/**
+ * A row with a default: the environment's value read by `read`, described by the meaning (or
+ * `description`), defaulted, then turned by `then` into what code may give instead (`R`).
+ */
+const row = <V, R, A, I>(
+  spec: Spec<V>,
+  options: {
+    readonly read: (env: string) => Config.Config<V>
+    /** How the README shows a default given as a value (default: as code). */
+    readonly shown?: (value: V) => string
+    readonly description?: string
+    readonly then: (config: Config.Config<V>) => Config.Config<R>
+    readonly given: (input: I) => R
+    readonly check: (label: string, raw: R) => Checked<A>
+  },
+): Row<A, I> =>
+  rowOf({
+    env: spec.env,
+    meaning: spec.meaning,
+    shownDefault: spec.shownDefault ??
+      (options.shown ?? ((value) => `\`${value}\``))(spec.default as V),
+    config: (defaults) =>
+      options.then(
+        options.read(spec.env).pipe(
+          Config.withDescription(options.description ?? spec.meaning),
+          Config.withDefault(resolve(spec, defaults)),
+        ),
+      ),
+    given: options.given,
+    check: options.check,
+  })
+
+/** What most rows do between the environment and the check: nothing. */
+const asIs = <V>(config: Config.Config<V>): Config.Config<V> => config
+
 const MAX_INT32 = 2 ** 31 - 1
 
 /** An integer from `min` to `max` (the largest 32-bit one unless given). */
@@ -76,15 +111,10 @@ export const integer = (
   spec: Spec<number> & { readonly min: number; readonly max?: number },
 ): Row<number, number> => {
   const { min, max = MAX_INT32 } = spec
-  return row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? String(spec.default),
-    config: (defaults) =>
-      Config.integer(spec.env).pipe(
-        Config.withDescription(spec.meaning),
-        Config.withDefault(resolve(spec, defaults)),
-      ),
+  return row(spec, {
+    read: Config.integer,
+    shown: String,
+    then: asIs,
     given: (input: number) => input,
     check: (label, value) =>
       !Number.isInteger(value) || value < min || value > max
@@ -100,18 +130,13 @@ export const integer = (
 export const duration = (
   spec: Spec<number> & { readonly allowZero: boolean },
 ): Row<Duration.Duration, Duration.DurationInput> =>
-  row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? `${spec.default} s`,
-    config: (defaults) =>
-      Config.number(spec.env).pipe(
-        Config.withDescription(`${spec.meaning} (seconds)`),
-        Config.withDefault(resolve(spec, defaults)),
-        // As milliseconds, not `Duration.seconds(s)`: a Duration turns a negative value into
-        // zero, and the check must still see the sign.
-        Config.map((s): Duration.DurationInput => s * 1000),
-      ),
+  row(spec, {
+    read: Config.number,
+    shown: (seconds) => `${seconds} s`,
+    description: `${spec.meaning} (seconds)`,
+    // As milliseconds, not `Duration.seconds(s)`: a Duration turns a negative value into zero,
+    // and the check must still see the sign.
+    then: Config.map((s): Duration.DurationInput => s * 1000),
     given: (input: Duration.DurationInput) => input,
     check: (label, input) => {
       const decoded = Duration.decodeUnknown(input)
@@ -130,15 +155,9 @@ export const duration = (
 export const text = (
   spec: Spec<string> & { readonly allowEmpty: boolean },
 ): Row<string, string> =>
-  row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? `\`${spec.default}\``,
-    config: (defaults) =>
-      Config.string(spec.env).pipe(
-        Config.withDescription(spec.meaning),
-        Config.withDefault(resolve(spec, defaults)),
-      ),
+  row(spec, {
+    read: Config.string,
+    then: asIs,
     given: (input: string) => input,
     check: (label, value) =>
       !spec.allowEmpty && value.trim() === ""
@@ -150,30 +169,18 @@ export const text = (
 export const literal = <const L extends string>(
   spec: Spec<NoInfer<L>> & { readonly values: readonly [L, ...Array<L>] },
 ): Row<L, L> =>
-  row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? `\`${spec.default}\``,
-    config: (defaults) =>
-      Config.literal(...spec.values)(spec.env).pipe(
-        Config.withDescription(spec.meaning),
-        Config.withDefault(resolve(spec, defaults)),
-      ),
+  row(spec, {
+    read: Config.literal(...spec.values),
+    then: asIs,
     given: (input: L) => input,
     check: (_label, value) => Either.right(value),
   })
 
 /** A yes or no: `true` or `false` in the environment (`Config.boolean` also takes yes/no, on/off, 1/0). */
 export const boolean = (spec: Spec<boolean>): Row<boolean, boolean> =>
-  row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? `\`${spec.default}\``,
-    config: (defaults) =>
-      Config.boolean(spec.env).pipe(
-        Config.withDescription(spec.meaning),
-        Config.withDefault(resolve(spec, defaults)),
-      ),
+  row(spec, {
+    read: Config.boolean,
+    then: asIs,
     given: (input: boolean) => input,
     check: (_label, value) => Either.right(value),
   })
@@ -193,26 +200,19 @@ const LOG_LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = {
 
 /** A log level by name in the environment (any case), a `LogLevel` in code. */
 export const logLevel = (spec: Spec<string>): Row<LogLevel.LogLevel, LogLevel.LogLevel> =>
-  row({
-    env: spec.env,
-    meaning: spec.meaning,
-    shownDefault: spec.shownDefault ?? `\`${spec.default}\``,
-    config: (defaults) =>
-      Config.string(spec.env).pipe(
-        Config.withDescription(spec.meaning),
-        Config.withDefault(resolve(spec, defaults)),
-        Config.mapOrFail((name) => {
-          const level = LOG_LEVELS[name.trim().toLowerCase()]
-          return level === undefined
-            ? Either.left(
-              ConfigError.InvalidData(
-                [spec.env],
-                `must be debug, info, warning, error, critical or none, got "${name}"`,
-              ),
-            )
-            : Either.right(level)
-        }),
-      ),
+  row(spec, {
+    read: Config.string,
+    then: Config.mapOrFail((name) => {
+      const level = LOG_LEVELS[name.trim().toLowerCase()]
+      return level === undefined
+        ? Either.left(
+          ConfigError.InvalidData(
+            [spec.env],
+            `must be debug, info, warning, error, critical or none, got "${name}"`,
+          ),
+        )
+        : Either.right(level)
+    }),
     given: (input: LogLevel.LogLevel) => input,
     check: (_label, level) => Either.right(level),
   })
@@ -222,7 +222,7 @@ export const secret = (spec: {
   readonly env: string
   readonly meaning: string
 }): Row<Option.Option<Redacted.Redacted<string>>, string | Redacted.Redacted<string>> =>
-  row({
+  rowOf({
     env: spec.env,
     meaning: spec.meaning,
     shownDefault: "none",
