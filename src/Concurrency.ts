@@ -8,7 +8,7 @@
  */
 import { Effect, Metric } from "effect"
 import { ConcurrencyError } from "./WorkerError.ts"
-import { Slots } from "./internal/slots.ts"
+import { Slots } from "./internal/delivery/slots.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 const MAX = 2 ** 31 - 1

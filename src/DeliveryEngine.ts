@@ -4,7 +4,7 @@
  * limit, `started`, the handler under its time limit with throttled progress and a kept lease,
  * then the conclusion (terminal message confirmed, **then** ack) or a requeue — to exactly one
  * {@link Decision}. The work is in `internal/delivery/`: the planner (`plan.ts`), the handler's
- * run (`handler.ts`), the settlement (`settle.ts`), a delivery's whole life (`deliver.ts`), the
+ * run (`run.ts`), the settlement (`settle.ts`), a delivery's whole life (`deliver.ts`), the
  * pool (`pool.ts`) and, under the app's tracer, its spans (`tracing.ts`); `docs/architecture.md`
  * follows a delivery through them.
  *
@@ -17,8 +17,8 @@ import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.t
 import * as Pool from "./internal/delivery/pool.ts"
 import { makeTracing } from "./internal/delivery/tracing.ts"
 import { backoff as backoffOf } from "./internal/delivery/settle.ts"
-import { OutputGate } from "./internal/outputGate.ts"
-import * as Timers from "./internal/timers.ts"
+import { OutputGate } from "./internal/delivery/outputGate.ts"
+import * as Timers from "./internal/delivery/timers.ts"
 import { LeaseRenewal } from "./LeaseRenewal.ts"
 import { ProgressThrottle } from "./ProgressThrottle.ts"
 import { LEASE_MARGIN, Settings, type WorkerSettings } from "./Settings.ts"

@@ -6,7 +6,7 @@
  */
 import type { Scope } from "effect"
 import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
-import * as Timers from "./internal/timers.ts"
+import * as Timers from "./internal/delivery/timers.ts"
 import type { Lease } from "./Transport.ts"
 import type { LeaseLost } from "./WorkerError.ts"
 

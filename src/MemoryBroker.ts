@@ -8,7 +8,7 @@
  */
 import type { Scope } from "effect"
 import { Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
-import { BrokerCore, type ConsumerCore, type Held } from "./internal/memoryBroker.ts"
+import { BrokerCore, type ConsumerCore, type Held } from "./internal/memory/broker.ts"
 import { Settings } from "./Settings.ts"
 import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
 import { type LeaseLost, PublishError } from "./WorkerError.ts"

@@ -28,8 +28,8 @@
  *
  * The routes themselves are an `@effect/platform` `HttpRouter` (`router`, and `httpApp` with the
  * probe server's answer to any other path), so that an app can serve them from its own
- * `HttpServer`; the probe server serves the same `HttpApp` (`src/internal/probeServer.ts`), its
- * bounds on sockets apart (`src/internal/probeSockets.ts`).
+ * `HttpServer`; the probe server serves the same `HttpApp` (`src/internal/probes/server.ts`), its
+ * bounds on sockets apart (`src/internal/probes/sockets.ts`).
  *
  * @since 0.1.0
  */
@@ -37,9 +37,9 @@ import type * as HttpApp from "@effect/platform/HttpApp"
 import type * as HttpRouter from "@effect/platform/HttpRouter"
 import type { Cause, Option, Scope } from "effect"
 import { Context, Duration, Effect, Layer } from "effect"
-import * as readinessInternal from "./internal/probeReadiness.ts"
-import * as routes from "./internal/probeRoutes.ts"
-import * as server from "./internal/probeServer.ts"
+import * as readinessInternal from "./internal/probes/readiness.ts"
+import * as routes from "./internal/probes/routes.ts"
+import * as server from "./internal/probes/server.ts"
 import type { ProbeServerError } from "./WorkerError.ts"
 
 /**

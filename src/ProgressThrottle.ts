@@ -7,7 +7,7 @@
  */
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Either, Fiber, Layer, Metric } from "effect"
-import { encodeUtf8 } from "./internal/utf8.ts"
+import { encodeUtf8 } from "./internal/codec/utf8.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"

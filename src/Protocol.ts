@@ -6,8 +6,8 @@
  * @since 0.1.0
  */
 import { Data, Either } from "effect"
-import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/json.ts"
-import { decodeUtf8, encodeUtf8 } from "./internal/utf8.ts"
+import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/codec/json.ts"
+import { decodeUtf8, encodeUtf8 } from "./internal/codec/utf8.ts"
 import { MessageEncodeError } from "./WorkerError.ts"
 
 /**

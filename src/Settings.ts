@@ -1,19 +1,19 @@
 /**
  * The worker's settings: every variable of the spec, read with `Config` from the environment
  * (or given in code), validated as a whole so that one message lists every problem, plus the
- * lease time-budget check. Each variable is one row of `internal/settingsTable.ts`, from which
+ * lease time-budget check. Each variable is one row of `internal/settings/table.ts`, from which
  * the types below, the reading and the README's table come.
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer } from "effect"
-import { type Inputs, readTable, type Values } from "./internal/settings.ts"
-import { table } from "./internal/settingsTable.ts"
+import { type Inputs, readTable, type Values } from "./internal/settings/row.ts"
+import { table } from "./internal/settings/table.ts"
 import { SettingsError } from "./WorkerError.ts"
 
 /**
  * Resolved settings: durations decoded once, every value checked. One field per row of the
- * settings table (`internal/settingsTable.ts`, shown in the README), where each field's
+ * settings table (`internal/settings/table.ts`, shown in the README), where each field's
  * variable, default and meaning are.
  *
  * @since 0.1.0

@@ -22,7 +22,7 @@ import {
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
 import type { DeliveryHandle } from "./internal/delivery/handle.ts"
-import * as Hooks from "./internal/hooks.ts"
+import * as Hooks from "./internal/lifecycle/hooks.ts"
 import * as LeaseRenewal from "./LeaseRenewal.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"

@@ -7,8 +7,8 @@
  */
 import type * as Amqp from "amqplib"
 import { Deferred, Duration, Effect } from "effect"
-import type { Inbox } from "../inbox.ts"
-import { LeaseLoss } from "../leaseLoss.ts"
+import type { Inbox } from "../transport/inbox.ts"
+import { LeaseLoss } from "../transport/leaseLoss.ts"
 import type { Delivery } from "../../Transport.ts"
 import { TransportError } from "../../WorkerError.ts"
 import { closeStep } from "./closing.ts"

@@ -5,7 +5,7 @@
  */
 import type * as Amqp from "amqplib"
 import { Effect, Option } from "effect"
-import type { LeaseLoss } from "../leaseLoss.ts"
+import type { LeaseLoss } from "../transport/leaseLoss.ts"
 import { type Delivery, type Lease, Redeliveries } from "../../Transport.ts"
 import { LeaseLost } from "../../WorkerError.ts"
 

@@ -1,6 +1,6 @@
 /**
  * One delivery's whole life, as the spec numbers it: open it (decode, attempt, delivery limit,
- * input: `plan.ts`), take a slot, publish `started` and run the handler (`handler.ts`), plan
+ * input: `plan.ts`), take a slot, publish `started` and run the handler (`run.ts`), plan
  * what the result comes to, settle (`settle.ts`), and log its one decision line.
  */
 import { Cause, Context, Effect, Exit, FiberRef, HashMap, Scope, Tracer } from "effect"
@@ -10,7 +10,7 @@ import type { Delivery } from "../../Transport.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
 import { withTaskRefs } from "./fiberRefs.ts"
-import { runHandler } from "./handler.ts"
+import { runHandler } from "./run.ts"
 import {
   afterHandler,
   countWarning,

@@ -20,8 +20,8 @@ import type { WorkerSettings } from "../../Settings.ts"
 import type { Redeliveries } from "../../Transport.ts"
 import type { LeaseLost } from "../../WorkerError.ts"
 import { errorKind } from "../describe.ts"
-import { decodeNonNegative } from "../duration.ts"
-import { formatIssues } from "../issues.ts"
+import { decodeNonNegative } from "../codec/duration.ts"
+import { formatIssues } from "../codec/issues.ts"
 
 /** The failure message of `INTERNAL_ERROR`: never the exception's text. */
 export const INTERNAL_MESSAGE = "The worker failed while running the task."

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, type Duration, Effect, Exit, Fiber, Option } from "effect"
 import * as Consumers from "../../../src/internal/amqp/consumers.ts"
-import { Inbox } from "../../../src/internal/inbox.ts"
+import { Inbox } from "../../../src/internal/transport/inbox.ts"
 import type { Delivery } from "../../../src/Transport.ts"
 import { LeaseLost, TransportError } from "../../../src/WorkerError.ts"
 import { eventually, FakeChannel } from "./fakes.ts"

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import type * as Amqp from "amqplib"
 import { Effect } from "effect"
 import { channelDeliveries, toDelivery } from "../../../src/internal/amqp/deliveries.ts"
-import { LeaseLoss } from "../../../src/internal/leaseLoss.ts"
+import { LeaseLoss } from "../../../src/internal/transport/leaseLoss.ts"
 import { Redeliveries } from "../../../src/Transport.ts"
 import { LeaseLost } from "../../../src/WorkerError.ts"
 

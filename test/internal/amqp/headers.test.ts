@@ -3,7 +3,7 @@ import type * as Amqp from "amqplib"
 import { Duration, Effect, Fiber } from "effect"
 import * as Confirms from "../../../src/internal/amqp/confirms.ts"
 import { channelDeliveries, toDelivery } from "../../../src/internal/amqp/deliveries.ts"
-import { LeaseLoss } from "../../../src/internal/leaseLoss.ts"
+import { LeaseLoss } from "../../../src/internal/transport/leaseLoss.ts"
 import { eventually, FakeChannel } from "./fakes.ts"
 
 const TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option } from "effect"
-import { Inbox } from "../../src/internal/inbox.ts"
+import { Inbox } from "../../../src/internal/transport/inbox.ts"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
 

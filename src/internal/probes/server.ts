@@ -11,9 +11,9 @@ import * as Http from "node:http"
 import type { Socket } from "node:net"
 import type { Scope } from "effect"
 import { Duration, Effect, FiberSet } from "effect"
-import { missingNetPermission } from "../Process.ts"
-import { ProbeServerError } from "../WorkerError.ts"
-import { ProbeSockets, type SocketBounds } from "./probeSockets.ts"
+import { missingNetPermission } from "../../Process.ts"
+import { ProbeServerError } from "../../WorkerError.ts"
+import { ProbeSockets, type SocketBounds } from "./sockets.ts"
 
 /** The most a closing server waits for its sockets (it destroys them first). */
 const CLOSE_BOUND = Duration.seconds(2)

@@ -4,8 +4,8 @@
  * whose Promise is still pending after the drain ignored its `AbortSignal`.
  */
 import { type Clock, Duration, Effect, Option } from "effect"
-import type { Worker } from "../WorkerDefinition.ts"
-import { kindOf } from "./handlerResult.ts"
+import type { Worker } from "../../WorkerDefinition.ts"
+import { kindOf } from "../delivery/handlerResult.ts"
 
 /** A handler call still running. */
 interface Running {

@@ -3,9 +3,9 @@
  * fencing. Synchronous and single-threaded by construction; `MemoryBroker.ts` wraps it in
  * Effect services.
  */
-import { LeaseLost } from "../WorkerError.ts"
-import { Inbox } from "./inbox.ts"
-import { LeaseLoss } from "./leaseLoss.ts"
+import { LeaseLost } from "../../WorkerError.ts"
+import { Inbox } from "../transport/inbox.ts"
+import { LeaseLoss } from "../transport/leaseLoss.ts"
 
 export interface StoredMessage {
   readonly id: number

@@ -3,8 +3,8 @@
  * what the ones before it left.
  */
 import { Clock, Duration, Effect, Either, Option } from "effect"
-import type { Hook } from "../WorkerDefinition.ts"
-import { errorText } from "./describe.ts"
+import type { Hook } from "../../WorkerDefinition.ts"
+import { errorText } from "../describe.ts"
 import * as Hooks from "./hooks.ts"
 
 /**

@@ -4,8 +4,8 @@
  */
 import type { Scope } from "effect"
 import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate } from "effect"
-import type { ComponentStatus, Readiness, ReadinessComponent } from "../Probes.ts"
-import { errorKind } from "./describe.ts"
+import type { ComponentStatus, Readiness, ReadinessComponent } from "../../Probes.ts"
+import { errorKind } from "../describe.ts"
 
 /** The longest `ProbeError` message shown. */
 const MAX_MESSAGE_LENGTH = 512

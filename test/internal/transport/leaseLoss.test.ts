@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { LeaseLoss } from "../../src/internal/leaseLoss.ts"
-import type { LeaseLost } from "../../src/WorkerError.ts"
+import { LeaseLoss } from "../../../src/internal/transport/leaseLoss.ts"
+import type { LeaseLost } from "../../../src/WorkerError.ts"
 
 const recorder = (log: Array<string>, name: string) => (lost: LeaseLost) =>
   void log.push(`${name}:${lost.reason}`)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect, TestClock } from "effect"
-import * as Timers from "../../src/internal/timers.ts"
+import * as Timers from "../../../src/internal/delivery/timers.ts"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
 /** Moves the clock, then lets the timers' fiber run. */

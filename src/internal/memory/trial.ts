@@ -3,10 +3,10 @@
  * standard input, messages to standard output.
  */
 import { Effect, Layer, Schedule, Stream } from "effect"
-import * as MemoryBroker from "../MemoryBroker.ts"
-import { Process } from "../Process.ts"
-import * as Settings from "../Settings.ts"
-import { Transport } from "../Transport.ts"
+import * as MemoryBroker from "../../MemoryBroker.ts"
+import { Process } from "../../Process.ts"
+import * as Settings from "../../Settings.ts"
+import { Transport } from "../../Transport.ts"
 
 /**
  * The embedded broker for local trials: each line of standard input is a task (a whole

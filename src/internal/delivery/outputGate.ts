@@ -6,7 +6,7 @@
  * logged once, so the rate of log lines stays bounded however many publishes are refused.
  */
 import { Effect } from "effect"
-import type { PublishError } from "../WorkerError.ts"
+import type { PublishError } from "../../WorkerError.ts"
 
 export class OutputGate {
   private refusedWith: PublishError | undefined

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { Slots } from "../../src/internal/slots.ts"
+import { Slots } from "../../../src/internal/delivery/slots.ts"
 
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
 

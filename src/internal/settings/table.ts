@@ -6,7 +6,7 @@
  */
 import { hostname } from "node:os"
 import { Duration } from "effect"
-import { boolean, duration, integer, literal, logLevel, secret, text } from "./settings.ts"
+import { boolean, duration, integer, literal, logLevel, secret, text } from "./row.ts"
 
 /** The rows, by field name. */
 export const table = {

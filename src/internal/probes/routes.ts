@@ -9,9 +9,9 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { readFile } from "node:fs/promises"
 import type { Scope } from "effect"
 import { Cause, Effect, Option } from "effect"
-import type { ProbeRoutesOptions, Readiness } from "../Probes.ts"
-import { isPlainObject } from "./json.ts"
-import { evaluateReadiness, shared } from "./probeReadiness.ts"
+import type { ProbeRoutesOptions, Readiness } from "../../Probes.ts"
+import { isPlainObject } from "../codec/json.ts"
+import { evaluateReadiness, shared } from "./readiness.ts"
 
 /** See `Probes.DEFAULT_VERSION_FILE`. */
 export const DEFAULT_VERSION_FILE = "/app/version.json"

@@ -2,7 +2,7 @@
  * The loss of a lease, as both transports report it: once, to every listener, and at once to a
  * listener that comes late.
  */
-import { LeaseLost } from "../WorkerError.ts"
+import { LeaseLost } from "../../WorkerError.ts"
 
 type Listener = (lost: LeaseLost) => void
 

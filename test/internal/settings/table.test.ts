@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { readFileSync } from "node:fs"
-import { renderTable } from "../../src/internal/settings.ts"
-import { table } from "../../src/internal/settingsTable.ts"
+import { renderTable } from "../../../src/internal/settings/row.ts"
+import { table } from "../../../src/internal/settings/table.ts"
 
-const REGENERATE = "regenerate it: see `renderTable` in src/internal/settings.ts"
+const REGENERATE = "regenerate it: see `renderTable` in src/internal/settings/row.ts"
 
 // A markdown table's cells, row by row, padding and the separator line aside: `deno fmt` pads
 // the README's table, and the rows render it unpadded.
@@ -14,7 +14,7 @@ const cells = (markdown: string): Array<Array<string>> =>
     .filter((row) => !row.every((cell) => /^-+$/.test(cell)))
 
 const readmeSection = (title: string): string => {
-  const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8")
+  const readme = readFileSync(new URL("../../../README.md", import.meta.url), "utf8")
   const start = readme.indexOf(`\n## ${title}\n`)
   expect(start).toBeGreaterThanOrEqual(0)
   const end = readme.indexOf("\n## ", start + 1)

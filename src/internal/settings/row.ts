@@ -1,11 +1,11 @@
 /**
  * What a row of the settings table is, and what is done with the rows: read from the
  * environment (or taken from code) and checked one by one, and shown as the README's table.
- * The rows themselves are in `settingsTable.ts`; the checks between fields in `Settings.ts`.
+ * The rows themselves are in `table.ts`; the checks between fields in `Settings.ts`.
  */
 import { Config, ConfigError, Duration, Effect, Either, LogLevel, Option, Redacted } from "effect"
-import type { SettingsDefaults } from "../Settings.ts"
-import { isNegativeOrNaN } from "./duration.ts"
+import type { SettingsDefaults } from "../../Settings.ts"
+import { isNegativeOrNaN } from "../codec/duration.ts"
 
 /**
  * One setting. `A` is its resolved type, `I` what code may give instead of the environment.
@@ -278,8 +278,8 @@ export const readTable = <T extends Table>(
 
 /**
  * The README's settings table, one line per row (unpadded: `deno fmt README.md` pads it). To
- * regenerate it: `deno eval 'import { renderTable } from "./src/internal/settings.ts";
- * import { table } from "./src/internal/settingsTable.ts"; console.log(renderTable(table))'`.
+ * regenerate it: `deno eval 'import { renderTable } from "../src/internal/settings.ts";
+ * import { table } from "../src/internal/settingsTable.ts"; console.log(renderTable(table))'`.
  */
 export const renderTable = (table: Table): string => {
   const line = (cells: ReadonlyArray<string>) => `| ${cells.join(" | ")} |`
