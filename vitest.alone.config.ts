@@ -6,7 +6,7 @@ export default defineConfig({
   test: {
     include: ["test/faults/**/*.test.ts", "test/timed/**/*.test.ts"],
     pool: "forks",
-    poolOptions: { forks: { singleFork: true } },
+    maxWorkers: 1,
     fileParallelism: false,
     testTimeout: 180_000,
     hookTimeout: 120_000,

@@ -7,6 +7,7 @@ export default defineConfig({
     // throughput comparison would skew it: vitest.alone.config.ts runs both kinds alone.
     exclude: ["test/faults/**", "test/timed/**", "node_modules/**"],
     pool: "forks",
-    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    // Two cores.
+    maxWorkers: 2,
   },
 })

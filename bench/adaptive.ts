@@ -15,7 +15,7 @@
  *    the best fixed one.
  * 3. The same adaptive worker for LONG: where its target settles against the knee.
  */
-import { Deferred, Duration, Effect, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, References, Schema } from "effect"
 import { Concurrency, MemoryBroker, RetryableError, Settings, Worker } from "../src/index.ts"
 
 const BASE_MS = 20
@@ -47,8 +47,8 @@ const downstream = () => {
         const took = latency(++calls.running)
         const answer = took > LIMIT * BASE_MS
           ? Effect.sleep(REFUSE_MS).pipe(
-            Effect.zipRight(Effect.sync(() => void calls.refused++)),
-            Effect.zipRight(
+            Effect.andThen(Effect.sync(() => void calls.refused++)),
+            Effect.andThen(
               Effect.fail(
                 new RetryableError({
                   code: "DOWNSTREAM_BUSY",
@@ -59,7 +59,7 @@ const downstream = () => {
             ),
           )
           : Effect.sleep(took).pipe(
-            Effect.zipRight(Effect.sync(() => void calls.successes++)),
+            Effect.andThen(Effect.sync(() => void calls.successes++)),
             Effect.as({ ok: true }),
           )
         return Effect.ensuring(answer, Effect.sync(() => void calls.running--))
@@ -107,7 +107,7 @@ const measure = (policy: Concurrency.Policy, ms: number): Effect.Effect<Result, 
       const calls = downstream()
       const samples: Array<Sample> = []
       const start = performance.now()
-      const running = yield* Worker.start(
+      const running = yield* Worker.consume(
         Worker.make({ ...definition, handler: calls.handler, concurrency: policy }),
       )
       while (performance.now() - start < ms) {
@@ -134,17 +134,17 @@ const measure = (policy: Concurrency.Policy, ms: number): Effect.Effect<Result, 
       Effect.provide(
         Settings.layer({
           name: definition.name,
-          timeout: Duration.decode(definition.timeout),
+          timeout: Duration.fromInputUnsafe(definition.timeout),
           concurrency: typeof policy === "number" ? policy : 1,
         }),
       ),
     )
-    const fiber = yield* Effect.forkDaemon(run)
+    const fiber = yield* Effect.forkDetach(run)
     const measured = yield* Effect.raceFirst(
       Deferred.await(result),
       Effect.flatMap(Fiber.join(fiber), () => Deferred.await(result)),
     )
-    const closed = yield* Fiber.await(fiber).pipe(Effect.timeout(CLOSE_MS), Effect.option)
+    const closed = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(CLOSE_MS))
     if (closed._tag === "None") hung++
     return measured
   })
@@ -221,14 +221,7 @@ const main = Effect.gen(function* () {
   }
 })
 
-await Effect.runPromise(
-  main.pipe(
-    Effect.provide(Logger.replace(
-      Logger.defaultLogger,
-      Logger.filterLogLevel(Logger.defaultLogger, LogLevel.greaterThanEqual(LogLevel.Warning)),
-    )),
-  ),
-)
+await Effect.runPromise(main.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
 
 // Workers that did not close (see the warning) would keep the process alive.
 if (hung > 0) Deno.exit(1)

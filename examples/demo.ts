@@ -4,7 +4,7 @@
  *
  *   deno task demo      (or: npm run demo)
  */
-import { Duration, Effect, HashMap, Layer, Logger, Option, Schedule } from "effect"
+import { Effect, Layer, Logger, References, Schedule } from "effect"
 import { MemoryBroker, Settings, Worker } from "../src/index.ts"
 import { worker as countWords } from "./count-words.ts"
 import { worker as flakyUpstream } from "./flaky-upstream.ts"
@@ -16,10 +16,9 @@ const envelope = (taskId: string, body: unknown) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
 
 /** Prints each log line as `  | [service task_id] message`, the way an operator would grep it. */
-const demoLogger = Logger.make(({ annotations, message }) => {
-  const at = ["service", "task_id"].flatMap((k) =>
-    Option.toArray(HashMap.get(annotations, k)).map(String)
-  )
+const demoLogger = Logger.make(({ fiber, message }) => {
+  const annotations = fiber.getRef(References.CurrentLogAnnotations)
+  const at = ["service", "task_id"].flatMap((k) => k in annotations ? [String(annotations[k])] : [])
   const text = Array.isArray(message) ? message.join(" ") : String(message)
   console.log(`  | [${at.join(" ")}] ${text}`)
 })
@@ -40,7 +39,7 @@ const runWorker = <A, I, O>(worker: Worker.Worker<A, I, O, never>) =>
     Effect.forkScoped,
   )
 
-const terminalCount = (broker: MemoryBroker.MemoryBroker["Type"], queue: string) =>
+const terminalCount = (broker: MemoryBroker.MemoryBroker["Service"], queue: string) =>
   Effect.map(
     broker.published(queue),
     (messages) => messages.filter((m) => m.type === "success" || m.type === "failure").length,
@@ -71,9 +70,9 @@ const program = Effect.gen(function* () {
   yield* Effect.forEach(expected, ([queue, count]) =>
     terminalCount(broker, queue).pipe(
       Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (n) => n >= count }),
-      Effect.timeoutFail({
-        duration: Duration.seconds(10),
-        onTimeout: () => new Error(`${queue} did not settle`),
+      Effect.timeoutOrElse({
+        duration: "10 seconds",
+        orElse: () => Effect.fail(new Error(`${queue} did not settle`)),
       }),
     ))
 
@@ -94,7 +93,7 @@ await Effect.runPromise(
   program.pipe(
     Effect.scoped,
     Effect.provide(
-      Layer.merge(MemoryBroker.layer(), Logger.replace(Logger.defaultLogger, demoLogger)),
+      Layer.merge(MemoryBroker.layer(), Logger.layer([demoLogger])),
     ),
   ),
 )

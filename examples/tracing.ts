@@ -11,7 +11,7 @@
  * endpoint is read with `Config` (default `http://localhost:4318`); the exporter posts to its
  * `/v1/traces`. Without a collector the spans are dropped after the exporter's retries.
  */
-import { NodeSdk } from "@effect/opentelemetry"
+import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http"
 import { BatchSpanProcessor } from "@opentelemetry/sdk-trace-base"
 import { Config, Effect, Schema } from "effect"
@@ -39,7 +39,7 @@ export const worker = Worker.make({
 /** The OpenTelemetry SDK, exporting spans in batches to the collector at the OTLP endpoint. */
 export const TracingLive = NodeSdk.layer(
   Effect.map(
-    Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(
+    Config.String("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(
       Config.withDefault("http://localhost:4318"),
     ),
     (endpoint) => ({
@@ -51,5 +51,5 @@ export const TracingLive = NodeSdk.layer(
   ),
 )
 
-// Run as a script (Deno's `import.meta.main`), not when imported.
-if ((import.meta as { main?: boolean }).main) Worker.run(worker, { layer: TracingLive })
+// Run as a script (Deno, Node 22.18+ and 24 set `import.meta.main`), not when imported.
+if (import.meta.main) Worker.run(worker, { layer: TracingLive })

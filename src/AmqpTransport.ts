@@ -38,23 +38,23 @@ export interface AmqpTransportOptions {
   /** The prefetch: unsettled deliveries at most. */
   readonly capacity: number
   /** The longest a publish waits for the broker's confirm. Default 10 s. */
-  readonly confirmTimeout?: Duration.DurationInput | undefined
+  readonly confirmTimeout?: Duration.Input | undefined
   /**
    * Asks the broker for this consumer timeout with the `x-consumer-timeout` consumer argument.
    * RabbitMQ accepts it from 3.12 on; older brokers (such as Debian's 3.10) ignore it, and the
    * policy or `consumer_timeout` setting rules. Derive it from the task timeout:
    * `timeout + WORKER_RETRY_BACKOFF_MAX_S + 60 s`. Default: not asked.
    */
-  readonly consumerTimeout?: Duration.DurationInput | undefined
+  readonly consumerTimeout?: Duration.Input | undefined
   /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
-  readonly reconnectBase?: Duration.DurationInput | undefined
-  readonly reconnectMax?: Duration.DurationInput | undefined
+  readonly reconnectBase?: Duration.Input | undefined
+  readonly reconnectMax?: Duration.Input | undefined
 }
 
 /**
  * What a closing step may take at most: closing must end even when the broker does not answer.
  * Closing runs in finalizers, which are uninterruptible: each bounded wait is made an
- * interruptible region, or its time limit could never fire.
+ * interruptible region, so that its time limit cuts it short.
  *
  * @since 0.1.0
  * @category constants
@@ -71,19 +71,19 @@ export const CLOSE_STEP_TIMEOUT: Duration.Duration = Closing.CLOSE_STEP_TIMEOUT
  */
 export const make = (
   options: AmqpTransportOptions,
-): Effect.Effect<Transport["Type"], never, Scope.Scope> =>
+): Effect.Effect<Transport["Service"], never, Scope.Scope> =>
   Effect.gen(function* () {
     const url = Redacted.value(options.url)
-    const confirmTimeout = Duration.decode(options.confirmTimeout ?? Duration.seconds(10))
+    const confirmTimeout = Duration.fromInputUnsafe(options.confirmTimeout ?? Duration.seconds(10))
     const inbox = new Inbox<Delivery, TransportError>()
     const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
     const current = new Current<Session.Session>()
     const consumers = yield* Consumers.make({ ...options, url, inbox })
     const confirms = yield* Confirms.make({ outQueue: options.outQueue, confirmTimeout })
     yield* Session.run({ ...options, url, connect, current, status, consumers, confirms }).pipe(
-      Effect.catchAll((error) =>
+      Effect.catch((error) =>
         Effect.logError(error.message).pipe(
-          Effect.zipRight(Effect.sync(() => consumers.fail(error))),
+          Effect.andThen(Effect.sync(() => consumers.fail(error))),
         )
       ),
       Effect.forkScoped,
@@ -97,9 +97,9 @@ export const make = (
 
     // Between sessions, a publish waits for the next one, within the confirm timeout.
     const nextSession = current.get.pipe(
-      Effect.timeoutFail({
+      Effect.timeoutOrElse({
         duration: confirmTimeout,
-        onTimeout: () => new PublishError({ reason: "closed", messageType: "unknown" }),
+        orElse: () => Effect.fail(new PublishError({ reason: "closed", messageType: "unknown" })),
       }),
     )
     const sessionNow = Effect.suspend(() => {
@@ -108,7 +108,7 @@ export const make = (
     })
     const publishOn = confirms.publish
     // Connected, a publish is one step.
-    const publish: Transport["Type"]["publish"] = (body, type, options) =>
+    const publish: Transport["Service"]["publish"] = (body, type, options) =>
       Effect.suspend(() => {
         const session = current.now
         const headers = options?.headers
@@ -148,7 +148,7 @@ export const make = (
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Transport, TransportError, Settings> = Layer.scoped(
+export const layer: Layer.Layer<Transport, TransportError, Settings> = Layer.effect(
   Transport,
   Effect.gen(function* () {
     const settings = yield* Settings

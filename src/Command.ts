@@ -7,7 +7,7 @@
 import { resolve } from "node:path"
 import { versions } from "node:process"
 import { pathToFileURL } from "node:url"
-import { Effect, Either } from "effect"
+import { Effect, Result } from "effect"
 import { firstLine } from "./internal/describe.ts"
 import { VERSION } from "./internal/version.ts"
 import * as Lifecycle from "./Lifecycle.ts"
@@ -32,8 +32,7 @@ Options:
   -h, --help     show this help
   -V, --version  show the SDK's version
 
-A TypeScript module runs as it is on Node 22.18+ (22.6+ with --experimental-strip-types)
-and Deno; on an older Node, compile it to JavaScript first.
+A TypeScript module runs as it is: Node (22.19 or later) strips its types, Deno reads it.
 
 Settings come from the environment (BROKER_URL, WORKER_CONCURRENCY, WORKER_MODE, ...).
 Exit codes: 0 clean stop, 1 failure, 2 configuration or usage error.`
@@ -60,31 +59,31 @@ const EXPORT_NAME = /^[A-Za-z_$][\w$]*$/
  * Reads the arguments, or says in one line what is wrong with them.
  *
  * @since 0.1.0
- * @category parsing
+ * @category codecs
  */
-export const parse = (argv: ReadonlyArray<string>): Either.Either<Invocation, string> => {
-  if (argv.some((a) => a === "-h" || a === "--help")) return Either.right({ _tag: "Help" })
-  if (argv.some((a) => a === "-V" || a === "--version")) return Either.right({ _tag: "Version" })
+export const parse = (argv: ReadonlyArray<string>): Result.Result<Invocation, string> => {
+  if (argv.some((a) => a === "-h" || a === "--help")) return Result.succeed({ _tag: "Help" })
+  if (argv.some((a) => a === "-V" || a === "--version")) return Result.succeed({ _tag: "Version" })
   const [command, ...rest] = argv
-  if (command === undefined) return Either.left("missing command: expected run <module>")
-  if (command !== "run") return Either.left(`unknown command "${command}": expected run`)
+  if (command === undefined) return Result.fail("missing command: expected run <module>")
+  if (command !== "run") return Result.fail(`unknown command "${command}": expected run`)
   let memory = false
   const positional: Array<string> = []
   for (const arg of rest) {
     if (arg === "--memory") memory = true
-    else if (arg.startsWith("-")) return Either.left(`unknown option "${arg}"`)
+    else if (arg.startsWith("-")) return Result.fail(`unknown option "${arg}"`)
     else positional.push(arg)
   }
-  if (positional.length === 0) return Either.left("run needs a module, such as ./worker.ts")
+  if (positional.length === 0) return Result.fail("run needs a module, such as ./worker.ts")
   if (positional.length > 1) {
-    return Either.left(`run takes one module, got ${positional.length}`)
+    return Result.fail(`run takes one module, got ${positional.length}`)
   }
   const spec = positional[0]!
   const colon = spec.lastIndexOf(":")
   const suffix = spec.slice(colon + 1)
   // `C:\\dir\\w.ts` or `file:///w.ts` keep their colon: only a trailing identifier names an export.
   const named = colon > 0 && EXPORT_NAME.test(suffix)
-  return Either.right({
+  return Result.succeed({
     _tag: "Run",
     module: named ? spec.slice(0, colon) : spec,
     exportName: named ? suffix : "worker",
@@ -104,15 +103,15 @@ const COMPILE = "or compile it with tsc and run the .js"
 
 /**
  * Why this Node cannot import the TypeScript module `module`, and how to run it instead, in one
- * line; `undefined` when `error` is not about TypeScript. The import's own error decides, not
- * the version: `ERR_UNKNOWN_FILE_EXTENSION` for a `.ts`, `.mts` or `.cts` (a Node that strips
- * no types: before 22.6, 22.6 – 22.17 without `--experimental-strip-types`, or with
- * `--no-experimental-strip-types`), `ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING` (a file under
- * `node_modules`) and `ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX` (an enum, a namespace: syntax that
- * stripping cannot remove). `node` is the running Node's version, which only words the advice.
+ * line; `undefined` when `error` is not about TypeScript. The import's own error decides:
+ * `ERR_UNKNOWN_FILE_EXTENSION` for a `.ts`, `.mts` or `.cts` (on the Nodes the SDK supports,
+ * 22.19+, only a Node run with `--no-experimental-strip-types` strips no types: the CLI refuses
+ * an older one before it loads anything), `ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING` (a file
+ * under `node_modules`) and `ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX` (an enum, a namespace: syntax
+ * that stripping cannot remove). `node` is the running Node's version, named in the line.
  *
  * @since 0.1.0
- * @category loading
+ * @category constructors
  */
 export const typeScriptHint = (
   error: unknown,
@@ -126,19 +125,8 @@ export const typeScriptHint = (
     case "ERR_UNKNOWN_FILE_EXTENSION": {
       const extension = /"(\.[cm]?ts)"/.exec(message)?.[1]
       if (extension === undefined) return undefined
-      const [major = 0, minor = 0] = (node ?? "0").split(".").map(Number)
-      const v = `Node v${node ?? "?"}`
-      if (major > 22 || (major === 22 && minor >= 18)) {
-        return `${prefix} ${v} strips no types from ${extension} files, as it runs with ` +
-          `--no-experimental-strip-types: run it without that flag, ${COMPILE}`
-      }
-      if (major === 22 && minor >= 6) {
-        return `${prefix} ${v} runs ${extension} files only with --experimental-strip-types: ` +
-          `NODE_OPTIONS=--experimental-strip-types async-task-worker run ${module}, or use ` +
-          `Node 22.18+ or 24, or Deno, ${COMPILE}`
-      }
-      return `${prefix} ${v} cannot run TypeScript (${extension}): run it on Node 22.18+ or 24, ` +
-        `or on Deno, ${COMPILE}`
+      return `${prefix} Node v${node ?? "?"} strips no types from ${extension} files, as it ` +
+        `runs with --no-experimental-strip-types: run it without that flag, ${COMPILE}`
     }
     case "ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING": {
       const file = /for "([^"]+)"/.exec(message)?.[1] ?? "a TypeScript file"
@@ -160,7 +148,7 @@ const isWorker = (u: unknown): u is Worker.Any =>
  * Imports `module` and returns its worker, calling a factory export.
  *
  * @since 0.1.0
- * @category loading
+ * @category constructors
  */
 export const load = (
   cwd: string,
@@ -200,11 +188,11 @@ export const load = (
 export const main: Effect.Effect<ExitCode, never, Process> = Effect.gen(function* () {
   const process = yield* Process
   const invocation = parse(process.argv)
-  if (Either.isLeft(invocation)) {
-    yield* process.writeErr(`async-task-worker: ${invocation.left} (see --help)`)
+  if (Result.isFailure(invocation)) {
+    yield* process.writeErr(`async-task-worker: ${invocation.failure} (see --help)`)
     return 2
   }
-  switch (invocation.right._tag) {
+  switch (invocation.success._tag) {
     case "Help":
       yield* process.writeOut(USAGE)
       return 0
@@ -212,15 +200,15 @@ export const main: Effect.Effect<ExitCode, never, Process> = Effect.gen(function
       yield* process.writeOut(VERSION)
       return 0
     case "Run": {
-      const { exportName, memory, module } = invocation.right
-      const worker = yield* Effect.either(load(process.cwd, module, exportName))
-      if (Either.isLeft(worker)) {
-        yield* process.writeErr(`async-task-worker: ${worker.left}`)
+      const { exportName, memory, module } = invocation.success
+      const worker = yield* Effect.result(load(process.cwd, module, exportName))
+      if (Result.isFailure(worker)) {
+        yield* process.writeErr(`async-task-worker: ${worker.failure}`)
         return 2
       }
       // A worker whose handler needs services must be run by code that provides them.
       return yield* Lifecycle.run(
-        worker.right as Worker.Worker<unknown, unknown, unknown, never>,
+        worker.success as Worker.Worker<unknown, unknown, unknown, never>,
         { settings: memory ? { transport: "memory" } : {} },
       )
     }

@@ -25,7 +25,7 @@ export { ConcurrencyError }
  * Checks a concurrency target (0 pauses intake).
  *
  * @since 0.1.0
- * @category validation
+ * @category constructors
  */
 export const validate = (n: unknown): Effect.Effect<number, ConcurrencyError> =>
   typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= MAX
@@ -208,16 +208,17 @@ export const makeLimiter = (
     let successes = 0
     let decreasedAt = 0
 
+    // The gauge moves in the same step as the target, in the registry of the fiber that moves it.
     const apply = (n: number) =>
-      Effect.suspend(() => {
+      Effect.withFiber(({ context }) => {
         if (n === target) return Effect.void
         target = n
-        if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.unsafeUpdate(n, [])
+        if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.updateUnsafe(n, context)
         own.resize(n)
         return Effect.forEach(listeners, (listener) => listener(n), { discard: true })
       })
     if (adaptivePolicy !== undefined) {
-      yield* Metric.set(WorkerMetrics.concurrencyTarget, target)
+      yield* Metric.update(WorkerMetrics.concurrencyTarget, target)
     }
 
     const feedback = (ticket: number, ended: HandlerEnd): Effect.Effect<void> | undefined => {

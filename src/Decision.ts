@@ -3,19 +3,7 @@
  *
  * @since 0.1.0
  */
-import {
-  Cause,
-  Clock,
-  Context,
-  DefaultServices,
-  type Fiber,
-  FiberRef,
-  HashMap,
-  HashSet,
-  Inspectable,
-  type Logger,
-  LogLevel,
-} from "effect"
+import { Cause, Clock, Context, type Fiber, type Logger, LogLevel, References } from "effect"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 /**
@@ -65,7 +53,7 @@ export interface Decision {
  * code=NOT_ALLOWED attempt=1/5`.
  *
  * @since 0.1.0
- * @category formatting
+ * @category codecs
  */
 export const format = (d: Decision): string => {
   let line = `Delivery settled: outcome=${d.outcome} action=${d.action}`
@@ -81,32 +69,35 @@ export const format = (d: Decision): string => {
  * a fiber it holds.
  *
  * The line goes to the fiber's loggers as `Effect.logInfo` would send it, with the fiber's
- * annotations and the decision's, but without changing the fiber's annotations: a change, even a
- * scoped one, copies every FiberRef of the fiber, and every delivery logs this line.
+ * annotations and the decision's, and leaves the fiber's annotations as they were: a logger
+ * reads a line's annotations from the fiber, so the decision's are set on the fiber for the
+ * call and taken off after it, without an Effect per delivery. A logger that throws does not
+ * stop the others, nor the delivery, which is settled already.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category logging
  */
-export const unsafeLog = (fiber: Fiber.RuntimeFiber<unknown, unknown>, d: Decision): void => {
-  WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome))
-  if (LogLevel.greaterThan(fiber.getFiberRef(FiberRef.currentMinimumLogLevel), LogLevel.Info)) {
-    return
-  }
-  const loggers = fiber.getFiberRef(FiberRef.currentLoggers)
-  if (HashSet.size(loggers) === 0) return
-  const context = fiber.getFiberRefs()
-  const clock = Context.get(fiber.getFiberRef(DefaultServices.currentServices), Clock.Clock)
-  const options: Logger.Logger.Options<unknown> = {
-    fiberId: fiber.id(),
-    logLevel: LogLevel.Info,
+export const logUnsafe = (fiber: Fiber.Fiber<unknown, unknown>, d: Decision): void => {
+  const context = fiber.context
+  WorkerMetrics.count(WorkerMetrics.tasksTotal(d.outcome), context)
+  if (LogLevel.isGreaterThan(fiber.cache.minimumLogLevel, "Info")) return
+  const loggers = fiber.getRef(References.CurrentLoggers)
+  if (loggers.size === 0) return
+  const options: Logger.Options<ReadonlyArray<string>> = {
     message: [format(d)],
+    logLevel: "Info",
     cause: Cause.empty,
-    context,
-    spans: fiber.getFiberRef(FiberRef.currentLogSpan),
-    annotations: annotate(d)(fiber.getFiberRef(FiberRef.currentLogAnnotations)),
-    date: new Date(clock.unsafeCurrentTimeMillis()),
+    fiber,
+    date: new Date(fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()),
   }
-  Inspectable.withRedactableContext(context, () => {
+  fiber.setContext(
+    Context.add(
+      context,
+      References.CurrentLogAnnotations,
+      annotate(d)(fiber.getRef(References.CurrentLogAnnotations)),
+    ),
+  )
+  try {
     for (const logger of loggers) {
       try {
         logger.log(options)
@@ -114,29 +105,32 @@ export const unsafeLog = (fiber: Fiber.RuntimeFiber<unknown, unknown>, d: Decisi
         // A logger's failure is its own: the delivery is settled, and the other loggers write.
       }
     }
-  })
+  } finally {
+    fiber.setContext(context)
+  }
 }
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,
- * `outcome`, `action`, `code`, `reason`): one mutation for all of them, as the decision line of
+ * `outcome`, `action`, `code`, `reason`): one copy for all of them, as the decision line of
  * every delivery carries them.
  *
  * @since 0.1.0
- * @category formatting
+ * @category codecs
  */
 export const annotate = (d: Decision) =>
 (
-  current: HashMap.HashMap<string, unknown>,
-): HashMap.HashMap<string, unknown> =>
-  HashMap.mutate(current, (annotations) => {
-    HashMap.set(annotations, "outcome", d.outcome)
-    HashMap.set(annotations, "action", d.action)
-    if (d.taskId !== undefined) HashMap.set(annotations, "task_id", d.taskId)
-    if (d.attempt !== undefined) {
-      HashMap.set(annotations, "attempt", d.attempt)
-      HashMap.set(annotations, "delivery_limit", d.deliveryLimit)
-    }
-    if (d.code !== undefined) HashMap.set(annotations, "code", d.code)
-    if (d.reason !== undefined) HashMap.set(annotations, "reason", d.reason)
-  })
+  current: Readonly<Record<string, unknown>>,
+): Readonly<Record<string, unknown>> => {
+  const annotations: Record<string, unknown> = { ...current }
+  annotations.outcome = d.outcome
+  annotations.action = d.action
+  if (d.taskId !== undefined) annotations.task_id = d.taskId
+  if (d.attempt !== undefined) {
+    annotations.attempt = d.attempt
+    annotations.delivery_limit = d.deliveryLimit
+  }
+  if (d.code !== undefined) annotations.code = d.code
+  if (d.reason !== undefined) annotations.reason = d.reason
+  return annotations
+}

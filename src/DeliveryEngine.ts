@@ -1,20 +1,21 @@
 /**
- * The engine of one worker: consumes its transport's deliveries, each on a fiber of a pool, and
+ * The engine of one worker: consumes its transport's deliveries, each on one of its fibers, and
  * takes every one through its life, exactly as the spec numbers it — decode, attempt, delivery
  * limit, `started`, the handler under its time limit with throttled progress and a kept lease,
  * then the conclusion (terminal message confirmed, **then** ack) or a requeue — to exactly one
- * {@link Decision}. The work is in `internal/delivery/`: the planner (`plan.ts`), the handler's
- * run (`run.ts`), the settlement (`settle.ts`), a delivery's whole life (`deliver.ts`), the
- * pool (`pool.ts`) and, under the app's tracer, its spans (`tracing.ts`); `docs/architecture.md`
- * follows a delivery through them.
+ * {@link Decision}. The work is in `internal/delivery/`, along a delivery's path: where it is
+ * opened (`open.ts`: decoded, its attempt, its input), run (`run.ts`), concluded (`conclude.ts`)
+ * and settled (`settle.ts`), the plan they come to (`plan.ts`), a delivery's whole life
+ * (`deliver.ts`), its fibers (`fibers.ts`) and, under the app's tracer, its spans (`tracing.ts`);
+ * `docs/architecture.md` follows a delivery through them.
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, FiberRef, HashMap, Layer, Schema, Scope } from "effect"
+import { Clock, Context, Duration, Effect, Layer, References, Schema, Scope } from "effect"
 import * as Concurrency from "./Concurrency.ts"
-import { Closing, type EngineContext } from "./internal/delivery/context.ts"
+import { EngineClosing, type EngineContext } from "./internal/delivery/context.ts"
 import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.ts"
-import * as Pool from "./internal/delivery/pool.ts"
+import * as Fibers from "./internal/delivery/fibers.ts"
 import { makeTracing } from "./internal/delivery/tracing.ts"
 import { backoff as backoffOf } from "./internal/delivery/settle.ts"
 import { OutputGate } from "./internal/delivery/outputGate.ts"
@@ -31,35 +32,34 @@ import type { TransportError } from "./WorkerError.ts"
  * The engine of one worker.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class DeliveryEngine
-  extends Context.Tag("@async-task/worker/DeliveryEngine")<DeliveryEngine, {
-    /** Consumes the transport's deliveries on the pool's fibers until intake stops. */
-    readonly consume: Effect.Effect<void, TransportError>
-    /** Deliveries in hand. */
-    readonly inFlight: Effect.Effect<number>
-    /** Completes once intake has stopped and every delivery taken is settled. */
-    readonly awaitIdle: Effect.Effect<void>
-    /** Interrupts every delivery in hand: each requeues itself (`shutdown_requeued`). */
-    readonly interruptAll: Effect.Effect<void>
-    /**
-     * Sets the number of tasks run at once, and the prefetch: growing grants capacity at once;
-     * shrinking starts no task until enough running ones settle; `0` pauses intake.
-     */
-    readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
-    /** The number of tasks run at once now. */
-    readonly concurrency: Effect.Effect<number>
-  }>() {}
+export class DeliveryEngine extends Context.Service<DeliveryEngine, {
+  /** Consumes the transport's deliveries on the engine's fibers until intake stops. */
+  readonly consume: Effect.Effect<void, TransportError>
+  /** Deliveries in hand. */
+  readonly inFlight: Effect.Effect<number>
+  /** Completes once intake has stopped and every delivery taken is settled. */
+  readonly awaitDone: Effect.Effect<void>
+  /** Interrupts every delivery in hand: each requeues itself (`shutdown_requeued`). */
+  readonly interruptAll: Effect.Effect<void>
+  /**
+   * Sets the number of tasks run at once, and the prefetch: growing grants capacity at once;
+   * shrinking starts no task until enough running ones settle; `0` pauses intake.
+   */
+  readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
+  /** The number of tasks run at once now. */
+  readonly concurrency: Effect.Effect<number>
+}>()("@async-task/worker/DeliveryEngine") {}
 
 /**
  * The backoff before the requeue of `attempt`: exponential from `base`, capped at `max`, with
  * equal jitter (between half and all of it); or the error's own delay (seconds, or a
- * `DurationInput`), capped at `max`. An own delay that names no duration, or a negative or NaN
+ * `Duration.Input`), capped at `max`. An own delay that names no duration, or a negative or NaN
  * one, is an ordinary retry: the computed backoff, and a warning.
  *
  * @since 0.1.0
- * @category retry
+ * @category constructors
  */
 export const backoff: (
   settings: Pick<WorkerSettings, "retryBackoffBase" | "retryBackoffMax">,
@@ -71,12 +71,12 @@ export const backoff: (
 const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
   Effect.gen(function* () {
     const settings = yield* Settings
-    const runtime = yield* Effect.runtime<never>()
     // The handler's services, but not this engine's Scope: a handler that requires a Scope gets
     // its task's own (closed when the task ends), or its resources would live as long as the
     // worker.
     const services = yield* Effect.context<R>()
-    const clock = yield* Effect.clock
+    const context = services as Context.Context<never>
+    const clock = yield* Clock.Clock
     const ctx: EngineContext<A, O, R> = {
       worker,
       settings,
@@ -85,23 +85,23 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       renewal: yield* LeaseRenewal,
       timers: yield* Timers.make,
       clock,
-      runtime,
+      context,
       limiter: yield* Concurrency.makeLimiter(worker.policy, settings.concurrency, worker.weight),
       gate: new OutputGate(),
-      closing: new Closing(),
+      closing: new EngineClosing(),
       handlerContext: Context.omit(Scope.Scope)(services) as Context.Context<R>,
-      decodeInput: Schema.decodeUnknownEither(worker.input),
-      encodeOutput: Schema.encodeUnknownEither(worker.output),
+      decodeInput: Schema.decodeUnknownResult(worker.input),
+      encodeOutput: Schema.encodeUnknownResult(worker.output),
       tracing: makeTracing({
         tracer: yield* Effect.tracer,
-        enabled: yield* FiberRef.get(FiberRef.currentTracerEnabled),
+        enabled: yield* References.TracerEnabled,
         clock,
-        services: services as Context.Context<never>,
+        services: context,
         inQueue: settings.inQueue,
         outQueue: settings.outQueue,
       }),
-      loggerFor: (info) => TaskContext.makeLogger({ ...info, service: worker.name }, runtime),
-      baseAnnotations: HashMap.make(["service", worker.name] as [string, unknown]),
+      loggerFor: (info) => TaskContext.makeLogger({ ...info, service: worker.name }, context),
+      baseAnnotations: { service: worker.name },
       timeoutMillis: Duration.toMillis(settings.taskTimeout),
       holdMillis: Duration.toMillis(settings.consumerTimeout) - Duration.toMillis(LEASE_MARGIN) -
         Duration.toMillis(settings.retryBackoffMax),
@@ -126,15 +126,15 @@ export const make = <A, I, O, R>(
 > =>
   Effect.gen(function* () {
     const ctx = yield* makeContext(worker)
-    const pool = yield* Pool.make(ctx)
-    ctx.limiter.onChange((target) => Effect.zipRight(ctx.transport.setCapacity(target), pool.grow))
+    const fibers = yield* Fibers.make(ctx)
+    ctx.limiter.onChange((target) => Effect.andThen(ctx.transport.setCapacity(target), fibers.grow))
     const engine = DeliveryEngine.of({
-      consume: pool.consume,
+      consume: fibers.consume,
       inFlight: Effect.sync(() => ctx.state.inFlight),
-      awaitIdle: pool.awaitEmpty,
+      awaitDone: fibers.awaitEmpty,
       setConcurrency: (n) => Effect.flatMap(Concurrency.validate(n), ctx.limiter.setTarget),
       concurrency: Effect.sync(() => ctx.limiter.target()),
-      interruptAll: pool.interruptAll,
+      interruptAll: fibers.interruptAll,
     })
     return Context.make(DeliveryEngine, engine).pipe(Context.add(DeliveryHandle, makeHandle(ctx)))
   })
@@ -152,4 +152,4 @@ export const layer = <A, I, O, R>(
   DeliveryEngine | DeliveryHandle,
   never,
   Settings | Transport | ProgressThrottle | LeaseRenewal | R
-> => Layer.scopedContext(make(worker))
+> => Layer.effectContext(make(worker))

@@ -34,19 +34,19 @@ export const REQUEUE_BOUND = Duration.seconds(5)
  * The drain of one worker.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class Drain extends Context.Tag("@async-task/worker/Drain")<Drain, {
+export class Drain extends Context.Service<Drain, {
   /**
    * Drains within `grace` (default `WORKER_SHUTDOWN_GRACE_S`); `skipGrace` ends the grace
    * window early (a second signal). Safe to call from a finalizer: the waits are
    * interruptible regions, so their time limits fire.
    */
   readonly drain: (options?: {
-    readonly grace?: Duration.DurationInput
+    readonly grace?: Duration.Input
     readonly skipGrace?: Effect.Effect<void>
   }) => Effect.Effect<DrainReport>
-}>() {}
+}>()("@async-task/worker/Drain") {}
 
 /**
  * The drain over the engine and transport in context.
@@ -54,7 +54,7 @@ export class Drain extends Context.Tag("@async-task/worker/Drain")<Drain, {
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<Drain["Type"], never, DeliveryEngine | Transport | Settings> =
+export const make: Effect.Effect<Drain["Service"], never, DeliveryEngine | Transport | Settings> =
   Effect.gen(
     function* () {
       const engine = yield* DeliveryEngine
@@ -67,8 +67,8 @@ export const make: Effect.Effect<Drain["Type"], never, DeliveryEngine | Transpor
             const inFlightAtStart = yield* engine.inFlight
             const grace = options?.grace ?? settings.shutdownGrace
             const idle = options?.skipGrace === undefined
-              ? engine.awaitIdle
-              : Effect.raceFirst(engine.awaitIdle, options.skipGrace)
+              ? engine.awaitDone
+              : Effect.raceFirst(engine.awaitDone, options.skipGrace)
             yield* idle.pipe(Effect.interruptible, Effect.timeoutOption(grace))
             const requeued = yield* engine.inFlight
             if (requeued > 0) {

@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Clock, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
+import type { WorkerSettings } from "./Settings.ts"
 import type { ConnectionStatus, Delivery } from "./Transport.ts"
 import { Transport } from "./Transport.ts"
 import { BrokerUnreachable } from "./WorkerError.ts"
@@ -30,10 +31,10 @@ export { BrokerUnreachable }
  * @category combinators
  */
 export const limitIntake = (
-  transport: Transport["Type"],
+  transport: Transport["Service"],
   maxTasks: number,
   onLimit: Effect.Effect<void> = Effect.void,
-): Transport["Type"] => {
+): Transport["Service"] => {
   let taken = 0
   return Transport.of({
     ...transport,
@@ -43,7 +44,7 @@ export const limitIntake = (
       taken += 1
       return taken < maxTasks
         ? Effect.succeed(delivery)
-        : Effect.as(Effect.zipRight(transport.stopIntake, onLimit), delivery)
+        : Effect.as(Effect.andThen(transport.stopIntake, onLimit), delivery)
     }),
   })
 }
@@ -91,11 +92,66 @@ export const failWhenUnreachable = (
   status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
   timeout: Duration.Duration,
 ): Effect.Effect<never, BrokerUnreachable> =>
-  status.changes.pipe(
-    Stream.flatMap(
-      (s) => (s === "connected" ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))),
-      { switch: true },
+  SubscriptionRef.changes(status).pipe(
+    Stream.switchMap((s) =>
+      s === "connected" ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))
     ),
     Stream.runHead,
-    Effect.zipRight(Effect.fail(new BrokerUnreachable({ after: timeout }))),
+    Effect.andThen(Effect.fail(new BrokerUnreachable({ after: timeout }))),
   )
+
+/**
+ * The transport a worker of `settings` consumes: in job mode, {@link limitIntake} with
+ * `WORKER_JOB_MAX_TASKS` (running `onLimit` once the last is taken); else `transport` itself.
+ *
+ * @since 0.2.0
+ * @category combinators
+ */
+export const intake = (
+  transport: Transport["Service"],
+  settings: Pick<WorkerSettings, "mode" | "jobMaxTasks">,
+  onLimit: Effect.Effect<void>,
+): Transport["Service"] =>
+  settings.mode === "job" ? limitIntake(transport, settings.jobMaxTasks, onLimit) : transport
+
+/**
+ * `connected`; in job mode raced against {@link failWhenUnreachable} with
+ * `WORKER_JOB_CONNECT_TIMEOUT_S`: a job waits for its broker only so long.
+ *
+ * @since 0.2.0
+ * @category combinators
+ */
+export const whenConnected = <E>(
+  connected: Effect.Effect<void, E>,
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  settings: Pick<WorkerSettings, "mode" | "jobConnectTimeout">,
+): Effect.Effect<void, E | BrokerUnreachable> =>
+  settings.mode === "job"
+    ? Effect.raceFirst(connected, failWhenUnreachable(status, settings.jobConnectTimeout))
+    : connected
+
+/**
+ * How a job's consuming ends, besides `consuming` itself (intake stopped, a failure): once idle
+ * for `WORKER_JOB_IDLE_TIMEOUT_S` (the job is done), or its broker out of reach for
+ * `WORKER_JOB_CONNECT_TIMEOUT_S`. Outside job mode, `consuming` alone.
+ *
+ * @since 0.2.0
+ * @category combinators
+ */
+export const consumingEnds = <E>(
+  consuming: Effect.Effect<void, E>,
+  inFlight: Effect.Effect<number>,
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  settings: Pick<WorkerSettings, "mode" | "jobIdleTimeout" | "jobConnectTimeout">,
+): Effect.Effect<void, E | BrokerUnreachable> => {
+  if (settings.mode !== "job") return consuming
+  const done = awaitIdle(inFlight, status, settings.jobIdleTimeout).pipe(
+    Effect.tap(() =>
+      Effect.logInfo(`Idle for ${Duration.format(settings.jobIdleTimeout)}: the job is done`)
+    ),
+  )
+  return Effect.raceFirst(
+    Effect.raceFirst(consuming, done),
+    failWhenUnreachable(status, settings.jobConnectTimeout),
+  )
+}

@@ -14,18 +14,18 @@ import type { LeaseLost } from "./WorkerError.ts"
  * Lease keeping.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class LeaseRenewal extends Context.Tag("@async-task/worker/LeaseRenewal")<LeaseRenewal, {
+export class LeaseRenewal extends Context.Service<LeaseRenewal, {
   /**
    * Holds the lease until the returned release is called: renews it if it can be, and calls
    * `onLost` once if it is lost first (taken back, or a renewal refused). Synchronous, for the
    * engine, which holds a lease per delivery: {@link keep} is the Effect of it.
    */
-  readonly unsafeHold: (lease: Lease, onLost: (lost: LeaseLost) => void) => () => void
+  readonly holdUnsafe: (lease: Lease, onLost: (lost: LeaseLost) => void) => () => void
   /** Holds the lease for as long as this runs; completes with why it was lost. */
   readonly keep: (lease: Lease) => Effect.Effect<LeaseLost>
-}>() {}
+}>()("@async-task/worker/LeaseRenewal") {}
 
 /**
  * The time between two renewals of a lease of `duration`: two thirds of it, so that a third
@@ -44,10 +44,10 @@ export const renewalInterval = (duration: Duration.Duration): Duration.Duration 
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Effect.gen(
+export const make: Effect.Effect<LeaseRenewal["Service"], never, Scope.Scope> = Effect.gen(
   function* () {
     const timers = yield* Timers.make
-    const unsafeHold = (lease: Lease, onLost: (lost: LeaseLost) => void) => {
+    const holdUnsafe = (lease: Lease, onLost: (lost: LeaseLost) => void) => {
       let held = true
       const lose = (lost: LeaseLost) => {
         if (!held) return
@@ -55,7 +55,7 @@ export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Eff
         onLost(lost)
       }
       const stopWatching = lease.onLost(lose)
-      let cancelRenewal = () => {}
+      let renewalTimer: Timers.Timer | undefined
       if (Option.isSome(lease.renew) && Option.isSome(lease.duration)) {
         const renew = lease.renew.value
         const interval = Duration.toMillis(renewalInterval(lease.duration.value))
@@ -64,26 +64,26 @@ export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Eff
             ? renew.pipe(Effect.match({
               onFailure: lose,
               onSuccess: () => {
-                if (held) cancelRenewal = timers.after(interval, renewal)
+                if (held) renewalTimer = timers.after(interval, renewal)
               },
             }))
             : Effect.void
         )
-        cancelRenewal = timers.after(interval, renewal)
+        renewalTimer = timers.after(interval, renewal)
       }
       return () => {
         held = false
         stopWatching()
-        cancelRenewal()
+        renewalTimer?.cancel()
       }
     }
     return LeaseRenewal.of({
-      unsafeHold,
+      holdUnsafe,
       keep: (lease) =>
         Effect.flatMap(Deferred.make<LeaseLost>(), (lost) =>
           Effect.acquireUseRelease(
             Effect.sync(() =>
-              unsafeHold(lease, (why) => Deferred.unsafeDone(lost, Effect.succeed(why)))
+              holdUnsafe(lease, (why) => Deferred.doneUnsafe(lost, Effect.succeed(why)))
             ),
             () => Deferred.await(lost),
             (release) => Effect.sync(release),
@@ -99,4 +99,4 @@ export const make: Effect.Effect<LeaseRenewal["Type"], never, Scope.Scope> = Eff
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<LeaseRenewal> = Layer.scoped(LeaseRenewal, make)
+export const layer: Layer.Layer<LeaseRenewal> = Layer.effect(LeaseRenewal, make)

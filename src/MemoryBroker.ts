@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
 import { BrokerCore, type ConsumerCore, type Held } from "./internal/memory/broker.ts"
 import { Settings } from "./Settings.ts"
 import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
@@ -39,7 +39,7 @@ export interface TransportOptions {
   readonly outQueue: string
   readonly capacity: number
   /** How long a lease lasts unless renewed. Default: no expiry. */
-  readonly leaseDuration?: Duration.DurationInput | undefined
+  readonly leaseDuration?: Duration.Input | undefined
   /** Report only a `redelivered` flag, as a classic queue does. Default: counted. */
   readonly classic?: boolean | undefined
 }
@@ -48,9 +48,9 @@ export interface TransportOptions {
  * The embedded broker.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")<MemoryBroker, {
+export class MemoryBroker extends Context.Service<MemoryBroker, {
   /**
    * Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count`, and
    * `headers` (a `traceparent`, say) are delivered with the message.
@@ -91,18 +91,18 @@ export class MemoryBroker extends Context.Tag("@async-task/worker/MemoryBroker")
   /** Takes one waiting message, as AMQP's basic.get does. */
   readonly get: (
     queue: string,
-    options?: { readonly leaseDuration?: Duration.DurationInput; readonly classic?: boolean },
+    options?: { readonly leaseDuration?: Duration.Input; readonly classic?: boolean },
   ) => Effect.Effect<Option.Option<Delivery>>
   /** A transport consuming `inQueue` and publishing to `outQueue`, closed with its scope. */
   readonly transport: (
     options: TransportOptions,
-  ) => Effect.Effect<Transport["Type"], never, Scope.Scope>
-}>() {}
+  ) => Effect.Effect<Transport["Service"], never, Scope.Scope>
+}>()("@async-task/worker/MemoryBroker") {}
 
 const encoder = new TextEncoder()
 
-const millis = (input: Duration.DurationInput | undefined): number | undefined =>
-  input === undefined ? undefined : Duration.toMillis(Duration.decode(input))
+const millis = (input: Duration.Input | undefined): number | undefined =>
+  input === undefined ? undefined : Duration.toMillis(Duration.fromInputUnsafe(input))
 
 const settle = (result: ReturnType<BrokerCore["ack"]>) =>
   result === undefined ? Effect.void : Effect.fail(result)
@@ -134,7 +134,7 @@ const toDelivery = (
       renew: h.leaseMillis === undefined
         ? Option.none()
         : Option.some(Effect.suspend(() => settle(core.renew(h)))),
-      lost: Effect.async<LeaseLost>((resume) =>
+      lost: Effect.callback<LeaseLost>((resume) =>
         Effect.sync(core.onLost(h, (lost) => resume(Effect.succeed(lost))))
       ),
       onLost: (listener) => core.onLost(h, listener),
@@ -153,7 +153,7 @@ const toDelivery = (
  */
 export interface MemoryBrokerOptions {
   /** How often expired leases are looked for. Default 100 ms. */
-  readonly reapInterval?: Duration.DurationInput | undefined
+  readonly reapInterval?: Duration.Input | undefined
   /** Keep a log of every published message for inspection. Default true. */
   readonly retainPublished?: boolean | undefined
 }
@@ -166,11 +166,11 @@ export interface MemoryBrokerOptions {
  */
 export const make = (
   options: MemoryBrokerOptions = {},
-): Effect.Effect<MemoryBroker["Type"], never, Scope.Scope> =>
+): Effect.Effect<MemoryBroker["Service"], never, Scope.Scope> =>
   Effect.gen(function* () {
-    const clock = yield* Effect.clock
+    const clock = yield* Clock.Clock
     const core = new BrokerCore(
-      () => clock.unsafeCurrentTimeMillis(),
+      () => clock.currentTimeMillisUnsafe(),
       options.retainPublished ?? true,
     )
     const armed: Array<
@@ -269,7 +269,7 @@ export const make = (
  * @category layers
  */
 export const layer = (options?: MemoryBrokerOptions): Layer.Layer<MemoryBroker> =>
-  Layer.scoped(MemoryBroker, make(options))
+  Layer.effect(MemoryBroker, make(options))
 
 /**
  * A {@link Transport} over the broker, configured by the worker's settings: the queues, the
@@ -280,9 +280,9 @@ export const layer = (options?: MemoryBrokerOptions): Layer.Layer<MemoryBroker> 
  * @category layers
  */
 export const layerTransport = (
-  options?: { readonly classic?: boolean; readonly leaseDuration?: Duration.DurationInput },
+  options?: { readonly classic?: boolean; readonly leaseDuration?: Duration.Input },
 ): Layer.Layer<Transport, never, MemoryBroker | Settings> =>
-  Layer.scoped(
+  Layer.effect(
     Transport,
     Effect.gen(function* () {
       const broker = yield* MemoryBroker

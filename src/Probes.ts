@@ -11,39 +11,36 @@
  *
  * And it is bounded so that slow clients cannot blind it: a liveness probe sends its whole
  * request at once, so a connection whose request head has not arrived yet is the one that gives
- * way. Such a connection is dropped after `headerTimeout`. When N sockets are held, a new
- * connection closes the oldest of them past its grace to take its place; one in its grace may
- * hold a request that the runtime has not read yet, so it gives way only when 2N sockets are
- * held, the oldest first. A request that arrives while N are being answered is closed
- * unanswered. Clients that reconnect as soon as they are closed thus evict one another in turn,
- * at most one eviction per connection accepted (no more work than refusing it), while a probe,
- * which sends its request as it connects, keeps its socket until its request is read or 2N - 1
- * newer connections have come. Node reads a new socket before it accepts more than one other.
- * Deno accepts all the connections waiting before it reads the new ones: against reconnecting
- * slowloris clients, a probe that gave way after N - 1 newer connections was sometimes closed
- * unread, and after 2N - 1 never in the trials. Refusing new connections at 2N rather than
- * closing one in its grace let such clients, which then held every socket, refuse many of the
- * probes, on Node and on Deno alike. The trials' counts are in `bench/README.md` (Probe server),
- * and `test/timed/ProbesSlowloris.test.ts` keeps the result.
+ * way. Such a connection is dropped after `headerTimeout`, and a request that arrives while N
+ * are being answered is closed unanswered. When N sockets are held, a new connection closes the
+ * oldest of them past its grace to take its place. One in its grace may hold a request that the
+ * runtime has not read yet (Deno accepts every connection waiting before it reads the new ones),
+ * so it gives way only when 2N sockets are held, the oldest first: a probe keeps its socket until
+ * its request is read or 2N - 1 newer connections have come. At 2N a new connection still takes
+ * a socket's place rather than being refused, or clients that reconnect as soon as they are
+ * closed would hold every socket; this way they evict one another in turn, at most one eviction
+ * per connection accepted (no more work than refusing it). The trials behind these bounds are in
+ * `bench/README.md` (Probe server); `test/timed/ProbesSlowloris.test.ts` keeps their result.
  *
- * The routes themselves are an `@effect/platform` `HttpRouter` (`router`, and `httpApp` with the
- * probe server's answer to any other path), so that an app can serve them from its own
- * `HttpServer`; the probe server serves the same `HttpApp` (`src/internal/probes/server.ts`), its
- * bounds on sockets apart (`src/internal/probes/sockets.ts`).
+ * The routes themselves are `effect/http` routes (`routes`, `layerRoutes`), so that an app can
+ * add them to its own `HttpRouter`, and `httpEffect` is the whole app the probe server serves
+ * (`src/internal/probes/server.ts`), its bounds on sockets apart
+ * (`src/internal/probes/sockets.ts`).
  *
  * @since 0.1.0
  */
-import type * as HttpApp from "@effect/platform/HttpApp"
-import type * as HttpRouter from "@effect/platform/HttpRouter"
 import type { Cause, Option, Scope } from "effect"
 import { Context, Duration, Effect, Layer } from "effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as readinessInternal from "./internal/probes/readiness.ts"
-import * as routes from "./internal/probes/routes.ts"
+import * as routesInternal from "./internal/probes/routes.ts"
 import * as server from "./internal/probes/server.ts"
 import type { ProbeServerError } from "./WorkerError.ts"
 
 /**
- * What the probe routes read: the inputs of `router` and `httpApp`.
+ * What the probe routes read: the inputs of `routes` and `httpEffect`.
  *
  * @since 0.1.0
  * @category models
@@ -62,7 +59,7 @@ export interface ProbeRoutesOptions {
    */
   readonly readiness: ReadonlyArray<ReadinessComponent>
   /** `WORKER_PROBE_TIMEOUT_S`: the most one readiness component may take. */
-  readonly probeTimeout: Duration.DurationInput
+  readonly probeTimeout: Duration.Input
   /** The Prometheus text exposition, served on `/metrics` and `/internal/metrics`. */
   readonly metrics: Effect.Effect<string>
   /** The build's version document, served on `/__version__` (default `/app/version.json`). */
@@ -91,16 +88,16 @@ export interface ProbeServerOptions extends ProbeRoutesOptions {
    */
   readonly maxConnections?: number | undefined
   /** The most one socket may live, request and answer included (default 5 seconds). */
-  readonly connectionTimeout?: Duration.DurationInput | undefined
+  readonly connectionTimeout?: Duration.Input | undefined
   /** The most a socket may take to send its request head (default 2 seconds). */
-  readonly headerTimeout?: Duration.DurationInput | undefined
+  readonly headerTimeout?: Duration.Input | undefined
   /**
    * How long a new socket is spared (default 50 ms): in its grace, it gives way to a new
    * connection only when twice `maxConnections` sockets are held. As each grace ends, the oldest
    * sockets past their grace whose request head has not arrived are closed, down to
    * `maxConnections` sockets.
    */
-  readonly connectionGrace?: Duration.DurationInput | undefined
+  readonly connectionGrace?: Duration.Input | undefined
 }
 
 /**
@@ -153,7 +150,7 @@ export interface Readiness {
  * @since 0.1.0
  * @category constants
  */
-export const DEFAULT_VERSION_FILE = routes.DEFAULT_VERSION_FILE
+export const DEFAULT_VERSION_FILE = routesInternal.DEFAULT_VERSION_FILE
 
 /**
  * The default bound on the requests answered at once and on the sockets held past their grace
@@ -196,14 +193,14 @@ export const DEFAULT_CONNECTION_GRACE: Duration.Duration = Duration.millis(50)
  * @since 0.1.0
  * @category constants
  */
-export const METRICS_CONTENT_TYPE = routes.METRICS_CONTENT_TYPE
+export const METRICS_CONTENT_TYPE = routesInternal.METRICS_CONTENT_TYPE
 
 /**
  * How a failed component is shown: a `ProbeError`'s message, anything else by its class name
  * only (a tagged error by its tag), so that no error text leaks by accident.
  *
  * @since 0.1.0
- * @category readiness
+ * @category codecs
  */
 export const describeFailure: (cause: Cause.Cause<unknown>) => string =
   readinessInternal.describeFailure
@@ -214,46 +211,58 @@ export const describeFailure: (cause: Cause.Cause<unknown>) => string =
  * is not awaited).
  *
  * @since 0.1.0
- * @category readiness
+ * @category combinators
  */
 export const evaluateReadiness: (
   components: ReadonlyArray<ReadinessComponent>,
-  timeout: Duration.DurationInput,
+  timeout: Duration.Input,
 ) => Effect.Effect<Readiness> = readinessInternal.evaluateReadiness
 
 /**
- * The probe routes, for an app to serve from its own `@effect/platform` server (e.g. concatenated
- * with its own router): `/health`, `/ready`, `/metrics`, `/internal/metrics` and `/__version__`,
- * each answering GET and HEAD, and 405 `METHOD_NOT_ALLOWED` (with `Allow`) to any other method.
- * Every answer is JSON (but the exposition) with `cache-control: no-store`; an unexpected failure
- * is logged at WARNING and answered 500 `PROBE_FAILED`. A path that is no probe's is left to the
- * app (`RouteNotFound`), and matched as the app's router config says.
+ * The probe routes, for an app to add to its own `effect/http` router, e.g.
+ * `HttpRouter.addAll(Probes.routes(options), { prefix: "/probes" })`: `/health`, `/ready`,
+ * `/metrics`, `/internal/metrics` and `/__version__`, each answering GET and HEAD, and 405
+ * `METHOD_NOT_ALLOWED` (with `Allow`) to any other method. Every answer is JSON (but the
+ * exposition) with `cache-control: no-store`; an unexpected failure is logged at WARNING and
+ * answered 500 `PROBE_FAILED`. A path that is no probe's is left to the app (`RouteNotFound`),
+ * and matched as the app's router config says.
  *
  * Scoped: concurrent `/ready` requests share one evaluation, which runs in a fiber of the scope
- * so that a client that goes away does not cancel it for the others.
+ * (the layer's, under `HttpRouter.addAll`) so that a client that goes away does not cancel it for
+ * the others.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category routes
  */
-export const router: (
+export const routes: (
   options: ProbeRoutesOptions,
-) => Effect.Effect<HttpRouter.HttpRouter, never, Scope.Scope> = routes.router
+) => Effect.Effect<ReadonlyArray<HttpRouter.Route>, never, Scope.Scope> = routesInternal.routes
 
 /**
- * The probe routes as the whole app the probe server serves: `router`'s routes matched exactly
- * as written (case and trailing slash included), and 404 `NOT_FOUND` to any other path, whatever
- * the method. An app can serve it from its own `@effect/platform` server, e.g. on a port of its
- * own, or through `HttpApp.toWebHandler`.
+ * The probe routes as the whole app the probe server serves: `routes` matched exactly as written
+ * (case and trailing slash included), and 404 `NOT_FOUND` to any other path, whatever the method.
+ * An app can serve it from its own server, e.g. on a port of its own (`HttpServer.serve`), or
+ * through `HttpEffect.toWebHandler`.
  *
- * @since 0.1.0
+ * Scoped, as `routes` is: the app is built once, then answers each request.
+ *
+ * @since 0.2.0
  * @category routes
  */
-export const httpApp: (
+export const httpEffect: (
   options: ProbeRoutesOptions,
-) => Effect.Effect<HttpApp.Default, never, Scope.Scope> = routes.httpApp
+) => Effect.Effect<
+  Effect.Effect<
+    HttpServerResponse.HttpServerResponse,
+    never,
+    HttpServerRequest.HttpServerRequest | Scope.Scope
+  >,
+  never,
+  Scope.Scope
+> = routesInternal.httpEffect
 
 /**
- * Starts the probe server, serving `httpApp` over `node:http` within the bounds above; it stops
+ * Starts the probe server, serving `httpEffect` over `node:http` within the bounds above; it stops
  * with the scope (idle and busy sockets closed, bounded). Fails with a `ProbeServerError` when
  * it cannot listen (e.g. the port is in use).
  *
@@ -264,9 +273,9 @@ export const make = (
   options: ProbeServerOptions,
 ): Effect.Effect<ProbeServer, ProbeServerError, Scope.Scope> =>
   Effect.gen(function* () {
-    const app = yield* httpApp(options)
-    const millis = (duration: Duration.DurationInput) =>
-      Duration.toMillis(Duration.decode(duration))
+    const app = yield* httpEffect(options)
+    const millis = (duration: Duration.Input) =>
+      Duration.toMillis(Duration.fromInputUnsafe(duration))
     const port = yield* server.serve(app, {
       host: options.host,
       port: options.port,
@@ -285,22 +294,39 @@ export const make = (
  * `/metrics` read.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class WorkerProbes extends Context.Tag("@async-task/worker/Probes/WorkerProbes")<
+export class WorkerProbes extends Context.Service<
   WorkerProbes,
   ProbeServerOptions
->() {}
+>()("@async-task/worker/Probes/WorkerProbes") {}
 
 /**
- * The probe routes of the worker in context, for an app to mount in its own router (e.g.
- * `HttpRouter.mount("/worker", routes)`) or serve from its own server.
+ * The probe routes of the worker in context (see `routes`), e.g. for
+ * `HttpRouter.addAll(Probes.workerRoutes, { prefix: "/worker" })`.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category routes
  */
-export const workerRouter: Effect.Effect<HttpRouter.HttpRouter, never, WorkerProbes | Scope.Scope> =
-  Effect.flatMap(WorkerProbes, router)
+export const workerRoutes: Effect.Effect<
+  ReadonlyArray<HttpRouter.Route>,
+  never,
+  WorkerProbes | Scope.Scope
+> = Effect.flatMap(WorkerProbes, routes)
+
+/**
+ * Adds the probe routes of the worker in context (see `routes`) to the app's `HttpRouter`, under
+ * `prefix` if given: `Layer.mergeAll(AppRoutes, Probes.layerRoutes({ prefix: "/worker" }))`,
+ * served with `HttpRouter.serve` and provided `Worker.layer(worker)`. The routes live, and their
+ * shared `/ready` evaluation with them, for as long as the layer.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerRoutes = (
+  options?: { readonly prefix?: string | undefined },
+): Layer.Layer<never, never, HttpRouter.HttpRouter | WorkerProbes> =>
+  HttpRouter.addAll(workerRoutes, options)
 
 /**
  * The standalone probe server of the worker in context, on its own port, for as long as the
@@ -309,7 +335,7 @@ export const workerRouter: Effect.Effect<HttpRouter.HttpRouter, never, WorkerPro
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<never, ProbeServerError, WorkerProbes> = Layer.scopedDiscard(
+export const layer: Layer.Layer<never, ProbeServerError, WorkerProbes> = Layer.effectDiscard(
   Effect.gen(function* () {
     const options = yield* WorkerProbes
     const server = yield* make(options)

@@ -8,7 +8,7 @@
 import process from "node:process"
 import { createInterface } from "node:readline"
 import type { Scope } from "effect"
-import { Context, Effect, Exit, Layer, PubSub, Queue, Ref, Stream } from "effect"
+import { Context, Effect, Exit, Layer, Queue, Ref, Stream } from "effect"
 import * as WorkerLogger from "./WorkerLogger.ts"
 
 /**
@@ -31,9 +31,9 @@ export type ExitCode = 0 | 1 | 2
  * The process, as the lifecycle uses it.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class Process extends Context.Tag("@async-task/worker/Process")<Process, {
+export class Process extends Context.Service<Process, {
   /**
    * The stop signals received from now on, for as long as the scope lives. While anyone
    * listens, a signal no longer ends the process by itself.
@@ -49,7 +49,7 @@ export class Process extends Context.Tag("@async-task/worker/Process")<Process, 
   readonly writeErr: (line: string) => Effect.Effect<void>
   /** The working directory, for resolving a module given on the command line. */
   readonly cwd: string
-}>() {}
+}>()("@async-task/worker/Process") {}
 
 const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
 
@@ -65,7 +65,7 @@ interface DenoPermissions {
  * `undefined` elsewhere, or when it is granted.
  *
  * @since 0.1.0
- * @category runtime
+ * @category running
  */
 export const missingNetPermission = (host: string, port: number): string | undefined => {
   const permissions = (globalThis as { Deno?: { permissions?: DenoPermissions } }).Deno
@@ -85,7 +85,7 @@ const processService = Process.of({
     Effect.gen(function* () {
       const queue = yield* Queue.unbounded<Signal>()
       const listeners = SIGNALS.map((signal) => {
-        const listener = () => Queue.unsafeOffer(queue, signal)
+        const listener = () => Queue.offerUnsafe(queue, signal)
         process.on(signal, listener)
         return () => process.off(signal, listener)
       })
@@ -93,7 +93,7 @@ const processService = Process.of({
     }),
     ({ listeners, queue }) =>
       Effect.sync(() => listeners.forEach((off) => off())).pipe(
-        Effect.zipRight(Queue.shutdown(queue)),
+        Effect.andThen(Queue.shutdown(queue)),
       ),
   ).pipe(Effect.map(({ queue }) => queue)),
   argv: process.argv.slice(2),
@@ -101,7 +101,7 @@ const processService = Process.of({
     Stream.fromAsyncIterable(
       createInterface({ input: process.stdin, crlfDelay: Infinity }),
       () => undefined,
-    ).pipe(Stream.catchAll(() => Stream.empty))
+    ).pipe(Stream.catch(() => Stream.empty))
   ),
   writeOut: (line) => Effect.sync(() => void process.stdout.write(`${line}\n`)),
   writeErr: (line) => Effect.sync(() => void process.stderr.write(`${line}\n`)),
@@ -114,7 +114,7 @@ const processService = Process.of({
  * @since 0.1.0
  * @category constructors
  */
-export const live: Process["Type"] = processService
+export const live: Process["Service"] = processService
 
 /**
  * The real process.
@@ -165,7 +165,7 @@ export const runMain = (
  * @category testing
  */
 export interface TestProcess {
-  readonly process: Process["Type"]
+  readonly process: Process["Service"]
   /** Sends a stop signal to every listener. */
   readonly signal: (signal?: Signal) => Effect.Effect<void>
   /** Lines written to standard output, then to standard error. */
@@ -185,19 +185,25 @@ export const makeTest = (options: {
   readonly cwd?: string
 } = {}): Effect.Effect<TestProcess> =>
   Effect.gen(function* () {
-    const hub = yield* PubSub.unbounded<Signal>()
+    const listeners = new Set<Queue.Queue<Signal>>()
     const out = yield* Ref.make<ReadonlyArray<string>>([])
     const err = yield* Ref.make<ReadonlyArray<string>>([])
     return {
       process: Process.of({
-        signals: PubSub.subscribe(hub),
+        signals: Effect.acquireRelease(
+          Effect.tap(Queue.unbounded<Signal>(), (queue) => Effect.sync(() => listeners.add(queue))),
+          (queue) => Effect.sync(() => listeners.delete(queue)),
+        ),
         argv: options.argv ?? [],
         stdinLines: options.stdinLines ?? Stream.never,
         writeOut: (line) => Ref.update(out, (lines) => [...lines, line]),
         writeErr: (line) => Ref.update(err, (lines) => [...lines, line]),
         cwd: options.cwd ?? ".",
       }),
-      signal: (signal = "SIGTERM") => PubSub.publish(hub, signal),
+      signal: (signal = "SIGTERM") =>
+        Effect.sync(() => {
+          for (const queue of listeners) Queue.offerUnsafe(queue, signal)
+        }),
       out: Ref.get(out),
       err: Ref.get(err),
     }

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Clock, Context, Duration, Effect, Either, Fiber, Layer, Metric } from "effect"
+import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Result } from "effect"
 import { encodeUtf8 } from "./internal/codec/utf8.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
@@ -33,22 +33,21 @@ export interface TaskProgress {
  * Opens throttled progress channels.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class ProgressThrottle
-  extends Context.Tag("@async-task/worker/ProgressThrottle")<ProgressThrottle, {
-    /**
-     * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
-     * says the task's lease is lost (the broker has the task back: it is fenced).
-     */
-    readonly open: (
-      taskId: string,
-      options?: { readonly isLost?: (() => boolean) | undefined },
-    ) => Effect.Effect<TaskProgress, never, Scope.Scope>
-  }>() {}
+export class ProgressThrottle extends Context.Service<ProgressThrottle, {
+  /**
+   * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
+   * says the task's lease is lost (the broker has the task back: it is fenced).
+   */
+  readonly open: (
+    taskId: string,
+    options?: { readonly isLost?: (() => boolean) | undefined },
+  ) => Effect.Effect<TaskProgress, never, Scope.Scope>
+}>()("@async-task/worker/ProgressThrottle") {}
 
 const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
-  Metric.increment(WorkerMetrics.progressDropped(reason))
+  Metric.update(WorkerMetrics.progressDropped(reason), 1)
 
 /**
  * A throttle publishing through `publish` at most once per `interval` per task.
@@ -57,10 +56,10 @@ const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "pu
  * @category constructors
  */
 export const make = (
-  interval: Duration.DurationInput,
-  publish: Transport["Type"]["publish"],
-): ProgressThrottle["Type"] => {
-  const intervalMillis = Duration.toMillis(Duration.decode(interval))
+  interval: Duration.Input,
+  publish: Transport["Service"]["publish"],
+): ProgressThrottle["Service"] => {
+  const intervalMillis = Duration.toMillis(Duration.fromInputUnsafe(interval))
   return ProgressThrottle.of({
     open: (taskId, options) =>
       Effect.gen(function* () {
@@ -70,7 +69,7 @@ export const make = (
         let lastSentAt = -Infinity
         let closed = false
         let sending = false
-        let sender: Fiber.RuntimeFiber<void> | undefined
+        let sender: Fiber.Fiber<void> | undefined
 
         const publishHeld = Effect.suspend(() => {
           const body = held
@@ -80,11 +79,11 @@ export const make = (
           return Effect.flatMap(Clock.currentTimeMillis, (now) => {
             lastSentAt = now
             return publish(body, "progress").pipe(
-              Effect.tap(() => Metric.increment(WorkerMetrics.messagesPublished("progress"))),
-              Effect.catchAll((error) =>
+              Effect.tap(() => Metric.update(WorkerMetrics.messagesPublished("progress"), 1)),
+              Effect.catch((error) =>
                 Effect.logWarning("A progress message was not published; the task goes on").pipe(
                   Effect.annotateLogs({ task_id: taskId, reason: error.reason }),
-                  Effect.zipRight(drop("publish_failed")),
+                  Effect.andThen(drop("publish_failed")),
                 )
               ),
               // close interrupts the wait for the interval, but waits out a publish under way.
@@ -114,11 +113,11 @@ export const make = (
             ) {
               return Effect.logWarning("A progress fraction outside [0, 1) was dropped").pipe(
                 Effect.annotateLogs({ task_id: taskId }),
-                Effect.zipRight(drop("invalid")),
+                Effect.andThen(drop("invalid")),
               )
             }
             if (fraction < highest) return drop("regressed")
-            let encoded: Either.Either<string, { readonly message: string }>
+            let encoded: Result.Result<string, { readonly message: string }>
             try {
               encoded = encodeMessageText({
                 type: "progress",
@@ -128,18 +127,18 @@ export const make = (
               })
             } catch {
               // A payload whose getters throw, or a revoked Proxy: dropped like any non-JSON.
-              encoded = Either.left({ message: "it cannot be read" })
+              encoded = Result.fail({ message: "it cannot be read" })
             }
-            if (Either.isLeft(encoded)) {
-              return Effect.logWarning(`A progress payload was dropped: ${encoded.left.message}`)
+            if (Result.isFailure(encoded)) {
+              return Effect.logWarning(`A progress payload was dropped: ${encoded.failure.message}`)
                 .pipe(
                   Effect.annotateLogs({ task_id: taskId }),
-                  Effect.zipRight(drop("invalid")),
+                  Effect.andThen(drop("invalid")),
                 )
             }
             highest = fraction
             const superseded = held !== undefined
-            held = encodeUtf8(encoded.right)
+            held = encodeUtf8(encoded.success)
             if (sending) return superseded ? drop("superseded") : Effect.void
             sending = true
             const started = Effect.forkIn(send, scope).pipe(
@@ -154,7 +153,7 @@ export const make = (
           if (closed) return Effect.void
           closed = true
           const stop = sending && sender !== undefined ? Fiber.interrupt(sender) : Effect.void
-          return Effect.zipRight(
+          return Effect.andThen(
             stop,
             Effect.flatMap(Clock.currentTimeMillis, (now) => {
               if (held === undefined) return Effect.void

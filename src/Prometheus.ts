@@ -1,6 +1,7 @@
 /**
- * The Prometheus text exposition (format 0.0.4) of every metric in Effect's global registry:
- * the SDK's own (see `WorkerMetrics`) and any a handler declares with Effect's `Metric`.
+ * The Prometheus text exposition (format 0.0.4) of every metric in Effect's metric registry
+ * (`Metric.MetricRegistry`, Effect's global one unless a program provides its own): the SDK's
+ * own (see `WorkerMetrics`) and any a handler declares with Effect's `Metric`.
  *
  * Effect metric types map as follows: a counter is a `counter` and keeps its name (the SDK's
  * counters are already named `…_total`), a gauge a `gauge`, a histogram a `histogram`
@@ -20,8 +21,7 @@
  *
  * @since 0.1.0
  */
-import type { MetricKey, MetricLabel, MetricPair } from "effect"
-import { Effect, Metric, MetricState, Option } from "effect"
+import { Effect, Metric } from "effect"
 
 type FamilyType = "counter" | "gauge" | "histogram" | "summary"
 
@@ -69,14 +69,14 @@ const formatNumber = (n: number | bigint): string => {
   return String(n)
 }
 
-/** The key's labels: names mapped onto the charset, sorted, the first of a duplicate kept. */
+/** The series' labels: names mapped onto the charset, sorted, the first of a duplicate kept. */
 const userLabels = (
-  tags: ReadonlyArray<MetricLabel.MetricLabel>,
+  attributes: Metric.Metric.AttributeSet | undefined,
   reserved: string | undefined,
 ): Labels => {
   const byName = new Map<string, string>()
-  const sorted = tags
-    .map((tag) => [labelName(tag.key), tag.value] as const)
+  const sorted = Object.entries(attributes ?? {})
+    .map(([name, value]) => [labelName(name), value] as const)
     .sort((a, b) => compare(a[0], b[0]))
   for (const [name, value] of sorted) {
     if (name !== reserved && !byName.has(name)) byName.set(name, value)
@@ -95,89 +95,83 @@ const sample = (name: string, labels: string, extra: string, value: number | big
   return `${name}${all === "" ? "" : `{${all}}`} ${formatNumber(value)}`
 }
 
-const familyType = (state: MetricState.MetricState.Untyped): FamilyType | undefined =>
-  MetricState.isCounterState(state) || MetricState.isFrequencyState(state)
-    ? "counter"
-    : MetricState.isGaugeState(state)
-    ? "gauge"
-    : MetricState.isHistogramState(state)
-    ? "histogram"
-    : MetricState.isSummaryState(state)
-    ? "summary"
-    : undefined
+const familyType: Record<Metric.Metric.Type, FamilyType> = {
+  Counter: "counter",
+  Frequency: "counter",
+  Gauge: "gauge",
+  Histogram: "histogram",
+  Summary: "summary",
+}
 
 /** The series one registry entry contributes to its family. */
-const seriesOf = (
-  name: string,
-  key: MetricKey.MetricKey.Untyped,
-  state: MetricState.MetricState.Untyped,
-): ReadonlyArray<Series> => {
-  if (MetricState.isCounterState(state) || MetricState.isGaugeState(state)) {
-    const labels = renderLabels(userLabels(key.tags, undefined))
-    const value = MetricState.isCounterState(state) ? state.count : state.value
-    return [{ id: labels, lines: [sample(name, labels, "", value)] }]
-  }
-  if (MetricState.isFrequencyState(state)) {
-    const labels = userLabels(key.tags, "key")
-    return Array.from(state.occurrences).map(([word, count]) => {
-      const all = renderLabels(
-        [...labels, ["key", word] as const].sort((a, b) => compare(a[0], b[0])),
-      )
-      return { id: all, lines: [sample(name, all, "", count)] }
-    })
-  }
-  if (MetricState.isHistogramState(state)) {
-    const labels = renderLabels(userLabels(key.tags, "le"))
-    const lines: Array<string> = []
-    const buckets = [...state.buckets].sort((a, b) => a[0] - b[0])
-    for (const [bound, count] of buckets) {
-      lines.push(sample(`${name}_bucket`, labels, `le="${formatNumber(bound)}"`, count))
+const seriesOf = (name: string, snapshot: Metric.Metric.Snapshot): ReadonlyArray<Series> => {
+  switch (snapshot.type) {
+    case "Counter":
+    case "Gauge": {
+      const labels = renderLabels(userLabels(snapshot.attributes, undefined))
+      const value = snapshot.type === "Counter" ? snapshot.state.count : snapshot.state.value
+      return [{ id: labels, lines: [sample(name, labels, "", value)] }]
     }
-    if (buckets.length === 0 || buckets[buckets.length - 1]![0] !== Infinity) {
-      lines.push(sample(`${name}_bucket`, labels, `le="+Inf"`, state.count))
+    case "Frequency": {
+      const labels = userLabels(snapshot.attributes, "key")
+      return Array.from(snapshot.state.occurrences).map(([word, count]) => {
+        const all = renderLabels(
+          [...labels, ["key", word] as const].sort((a, b) => compare(a[0], b[0])),
+        )
+        return { id: all, lines: [sample(name, all, "", count)] }
+      })
     }
-    lines.push(sample(`${name}_sum`, labels, "", state.sum))
-    lines.push(sample(`${name}_count`, labels, "", state.count))
-    return [{ id: labels, lines }]
-  }
-  if (MetricState.isSummaryState(state)) {
-    const labels = renderLabels(userLabels(key.tags, "quantile"))
-    const lines: Array<string> = []
-    for (const [q, value] of [...state.quantiles].sort((a, b) => a[0] - b[0])) {
-      lines.push(
-        sample(name, labels, `quantile="${formatNumber(q)}"`, Option.getOrElse(value, () => NaN)),
-      )
+    case "Histogram": {
+      const { state } = snapshot
+      const labels = renderLabels(userLabels(snapshot.attributes, "le"))
+      const lines: Array<string> = []
+      const buckets = [...state.buckets].sort((a, b) => a[0] - b[0])
+      for (const [bound, count] of buckets) {
+        lines.push(sample(`${name}_bucket`, labels, `le="${formatNumber(bound)}"`, count))
+      }
+      if (buckets.length === 0 || buckets[buckets.length - 1]![0] !== Infinity) {
+        lines.push(sample(`${name}_bucket`, labels, `le="+Inf"`, state.count))
+      }
+      lines.push(sample(`${name}_sum`, labels, "", state.sum))
+      lines.push(sample(`${name}_count`, labels, "", state.count))
+      return [{ id: labels, lines }]
     }
-    lines.push(sample(`${name}_sum`, labels, "", state.sum))
-    lines.push(sample(`${name}_count`, labels, "", state.count))
-    return [{ id: labels, lines }]
+    case "Summary": {
+      const { state } = snapshot
+      const labels = renderLabels(userLabels(snapshot.attributes, "quantile"))
+      const lines: Array<string> = []
+      for (const [q, value] of [...state.quantiles].sort((a, b) => a[0] - b[0])) {
+        lines.push(sample(name, labels, `quantile="${formatNumber(q)}"`, value ?? NaN))
+      }
+      lines.push(sample(`${name}_sum`, labels, "", state.sum))
+      lines.push(sample(`${name}_count`, labels, "", state.count))
+      return [{ id: labels, lines }]
+    }
   }
-  return []
 }
 
 /**
- * The text exposition of a snapshot of the registry (`Metric.unsafeSnapshot()`), as
- * {@link exposition} writes it: empty when there is no metric, else ending with a line feed.
+ * The text exposition of a snapshot of the registry (`Metric.snapshot`), as {@link exposition}
+ * writes it: empty when there is no metric, else ending with a line feed.
  *
  * @since 0.1.0
- * @category rendering
+ * @category codecs
  */
-export const render = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): string => {
+export const render = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>): string => {
   // Sorted first, so that which entry wins a conflict does not depend on registration order.
-  const entries = pairs
-    .map((pair) => ({
-      name: metricName(pair.metricKey.name),
-      type: familyType(pair.metricState),
-      description: Option.getOrElse(pair.metricKey.description, () => ""),
-      pair,
+  const entries = snapshots
+    .map((snapshot) => ({
+      name: metricName(snapshot.id),
+      type: familyType[snapshot.type],
+      description: snapshot.description ?? "",
+      snapshot,
     }))
-    .filter((e): e is typeof e & { type: FamilyType } => e.type !== undefined)
     .sort((a, b) =>
       compare(a.name, b.name) || typeRank[a.type] - typeRank[b.type] ||
       compare(a.description, b.description)
     )
   const families = new Map<string, Family>()
-  for (const { description, name, pair, type } of entries) {
+  for (const { description, name, snapshot, type } of entries) {
     let family = families.get(name)
     if (family === undefined) {
       family = { name, type, help: undefined, series: new Map() }
@@ -185,7 +179,7 @@ export const render = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): str
     }
     if (family.type !== type) continue
     if (family.help === undefined && description !== "") family.help = description
-    for (const series of seriesOf(name, pair.metricKey, pair.metricState)) {
+    for (const series of seriesOf(name, snapshot)) {
       if (!family.series.has(series.id)) family.series.set(series.id, series)
     }
   }
@@ -201,9 +195,10 @@ export const render = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): str
 }
 
 /**
- * The text exposition of every metric in Effect's global registry, for `GET /metrics`.
+ * The text exposition of every metric in the registry of the context it runs in (Effect's
+ * global one unless `Metric.MetricRegistry` is provided), for `GET /metrics`.
  *
  * @since 0.1.0
- * @category rendering
+ * @category codecs
  */
 export const exposition: Effect.Effect<string> = Effect.map(Metric.snapshot, render)

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Data, Either } from "effect"
+import { Data, Result } from "effect"
 import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/codec/json.ts"
 import { decodeUtf8, encodeUtf8 } from "./internal/codec/utf8.ts"
 import { MessageEncodeError } from "./WorkerError.ts"
@@ -123,7 +123,7 @@ const envelopeProblem = (root: Record<string, unknown>): string | Envelope["inpu
  * prototype.
  *
  * @since 0.1.0
- * @category decoding
+ * @category codecs
  */
 export const decodeEnvelope = (
   bytes: Uint8Array,
@@ -211,7 +211,7 @@ export const MAX_FAILURE_MESSAGE_BYTES = 8 * 1024
  * Cuts `text` to at most `maxBytes` of UTF-8 without splitting a character.
  *
  * @since 0.1.0
- * @category encoding
+ * @category codecs
  */
 export const truncateUtf8 = (text: string, maxBytes: number): string => {
   if (text.length * 3 <= maxBytes) return text
@@ -223,60 +223,62 @@ export const truncateUtf8 = (text: string, maxBytes: number): string => {
   return new TextDecoder().decode(bytes.subarray(0, end))
 }
 
-const jsonObject = (value: unknown, what: string): Either.Either<string, MessageEncodeError> => {
+const jsonObject = (value: unknown, what: string): Result.Result<string, MessageEncodeError> => {
   if (!isPlainObject(value)) {
-    return Either.left(new MessageEncodeError({ message: `${what} is not a JSON object` }))
+    return Result.fail(new MessageEncodeError({ message: `${what} is not a JSON object` }))
   }
   const problem = findNonJson(value)
   if (problem !== undefined) {
-    return Either.left(new MessageEncodeError({ message: `${what}: ${problem}` }))
+    return Result.fail(new MessageEncodeError({ message: `${what}: ${problem}` }))
   }
-  return Either.right(JSON.stringify(value))
+  return Result.succeed(JSON.stringify(value))
 }
 
 /**
  * The exact text of a message, or why the spec does not allow it.
  *
  * @since 0.1.0
- * @category encoding
+ * @category codecs
  */
 export const encodeMessageText = (
   message: OutboundMessage,
-): Either.Either<string, MessageEncodeError> => {
+): Result.Result<string, MessageEncodeError> => {
   const head = `{"task_id":${
     JSON.stringify(message.task_id)
   },"data":{"message_type":"${message.type}"`
   switch (message.type) {
     case "started":
-      return Either.right(`${head},"hostname":${JSON.stringify(message.hostname)}}}`)
+      return Result.succeed(`${head},"hostname":${JSON.stringify(message.hostname)}}}`)
     case "progress": {
       const p = message.progress
       if (typeof p !== "number" || !Number.isFinite(p) || p < 0 || p >= 1) {
-        return Either.left(
+        return Result.fail(
           new MessageEncodeError({ message: "progress is not a number in [0, 1)" }),
         )
       }
-      if (message.payload === undefined) return Either.right(`${head},"progress":${p}}}`)
-      return Either.map(
+      if (message.payload === undefined) return Result.succeed(`${head},"progress":${p}}}`)
+      return Result.map(
         jsonObject(message.payload, "progress payload"),
         (payload) => `${head},"progress":${p},"response":${payload}}}`,
       )
     }
     case "success":
-      return Either.map(
+      return Result.map(
         jsonObject(message.response, "response"),
         (response) => `${head},"response":${response}}}`,
       )
     case "failure": {
       if (!FAILURE_CODE_PATTERN.test(message.code)) {
-        return Either.left(
+        return Result.fail(
           new MessageEncodeError({
             message: `failure code does not match ${FAILURE_CODE_PATTERN}`,
           }),
         )
       }
       const text = JSON.stringify(truncateUtf8(message.message, MAX_FAILURE_MESSAGE_BYTES))
-      return Either.right(`${head},"error_message":{"code":"${message.code}","message":${text}}}}`)
+      return Result.succeed(
+        `${head},"error_message":{"code":"${message.code}","message":${text}}}}`,
+      )
     }
   }
 }
@@ -286,14 +288,14 @@ export const encodeMessageText = (
  * Throws {@link MessageEncodeError} for a message the spec does not allow.
  *
  * @since 0.1.0
- * @category encoding
+ * @category codecs
  */
 export const encodeMessage = (message: OutboundMessage): Uint8Array =>
-  Either.match(encodeMessageText(message), {
-    onLeft: (error) => {
+  Result.match(encodeMessageText(message), {
+    onFailure: (error) => {
       throw error
     },
-    onRight: (text) => encodeUtf8(text),
+    onSuccess: (text) => encodeUtf8(text),
   })
 
 /**

@@ -10,7 +10,7 @@
  */
 import process from "node:process"
 import { constants, PerformanceObserver } from "node:perf_hooks"
-import type { Scope } from "effect"
+import type { Context, Scope } from "effect"
 import { Clock, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
 import { VERSION } from "./internal/version.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
@@ -52,49 +52,72 @@ export const reportsGc: boolean = deno === undefined &&
 const resourceTypes = new Set<string>()
 
 /** Brings a counter up to a cumulative total the runtime keeps, whoever sampled it last. */
-const catchUp = (counter: Metric.Metric.Counter<number>, total: number): void => {
-  const delta = total - counter.unsafeValue([]).count
-  if (delta > 0) counter.unsafeUpdate(delta, [])
+const catchUp = (
+  counter: Metric.Counter<number>,
+  total: number,
+  context: Context.Context<never>,
+): void => {
+  const delta = total - counter.valueUnsafe(context).count
+  if (delta > 0) counter.updateUnsafe(delta, context)
 }
 
-const set = (gauge: Metric.Metric.Gauge<number>, value: number): void =>
-  gauge.unsafeUpdate(value, [])
+const sdkInfo = Metric.withAttributes(WorkerMetrics.sdkInfo, { version: VERSION, runtime })
+
+const resourcesByType = new Map<string, Metric.Gauge<number>>()
+
+const activeResources = (type: string): Metric.Gauge<number> => {
+  let gauge = resourcesByType.get(type)
+  if (gauge === undefined) {
+    gauge = Metric.withAttributes(WorkerMetrics.activeResources, { type })
+    resourcesByType.set(type, gauge)
+  }
+  return gauge
+}
+
+/** The resources keeping the event loop alive, by type, where the runtime tells. */
+const sampleResources = (context: Context.Context<never>): void => {
+  if (typeof process.getActiveResourcesInfo !== "function") return
+  const counts = new Map<string, number>()
+  for (const type of process.getActiveResourcesInfo()) {
+    counts.set(type, (counts.get(type) ?? 0) + 1)
+    resourceTypes.add(type)
+  }
+  let total = 0
+  for (const type of resourceTypes) {
+    const n = counts.get(type) ?? 0
+    total += n
+    activeResources(type).updateUnsafe(n, context)
+  }
+  WorkerMetrics.activeResourcesTotal.updateUnsafe(total, context)
+}
 
 /**
- * Reads the process' figures now: `worker_sdk_info`, CPU, memory, heap and active resources.
- * The periodic sampler runs it; run it also right before an exposition so that `/metrics` is
- * current: `Effect.zipRight(RuntimeMetrics.sample, Prometheus.exposition)`.
+ * Reads the process' figures now: `worker_sdk_info`, CPU, memory, heap and active resources,
+ * into the registry of the context it runs in. The periodic sampler runs it; run it also right
+ * before an exposition so that `/metrics` is current:
+ * `Effect.andThen(RuntimeMetrics.sample, Prometheus.exposition)`.
  *
  * @since 0.1.0
- * @category sampling
+ * @category metrics
  */
-export const sample: Effect.Effect<void> = Effect.sync(() => {
-  Metric.tagged(Metric.tagged(WorkerMetrics.sdkInfo, "version", VERSION), "runtime", runtime)
-    .unsafeUpdate(1, [])
+export const sample: Effect.Effect<void> = Effect.withFiber((fiber) => {
+  const context = fiber.context
+  sdkInfo.updateUnsafe(1, context)
   const cpu = process.cpuUsage()
-  catchUp(WorkerMetrics.processCpuUserSeconds, cpu.user / 1e6)
-  catchUp(WorkerMetrics.processCpuSystemSeconds, cpu.system / 1e6)
-  catchUp(WorkerMetrics.processCpuSeconds, (cpu.user + cpu.system) / 1e6)
+  catchUp(WorkerMetrics.processCpuUserSeconds, cpu.user / 1e6, context)
+  catchUp(WorkerMetrics.processCpuSystemSeconds, cpu.system / 1e6, context)
+  catchUp(WorkerMetrics.processCpuSeconds, (cpu.user + cpu.system) / 1e6, context)
   const memory = process.memoryUsage()
-  set(WorkerMetrics.processResidentMemory, memory.rss)
-  set(WorkerMetrics.heapUsed, memory.heapUsed)
-  set(WorkerMetrics.heapTotal, memory.heapTotal)
-  set(WorkerMetrics.externalMemory, memory.external)
-  set(WorkerMetrics.processStartTime, Math.round(Date.now() / 1000 - process.uptime()))
-  if (typeof process.getActiveResourcesInfo === "function") {
-    const counts = new Map<string, number>()
-    for (const type of process.getActiveResourcesInfo()) {
-      counts.set(type, (counts.get(type) ?? 0) + 1)
-      resourceTypes.add(type)
-    }
-    let total = 0
-    for (const type of resourceTypes) {
-      const n = counts.get(type) ?? 0
-      total += n
-      Metric.tagged(WorkerMetrics.activeResources, "type", type).unsafeUpdate(n, [])
-    }
-    set(WorkerMetrics.activeResourcesTotal, total)
-  }
+  WorkerMetrics.processResidentMemory.updateUnsafe(memory.rss, context)
+  WorkerMetrics.heapUsed.updateUnsafe(memory.heapUsed, context)
+  WorkerMetrics.heapTotal.updateUnsafe(memory.heapTotal, context)
+  WorkerMetrics.externalMemory.updateUnsafe(memory.external, context)
+  WorkerMetrics.processStartTime.updateUnsafe(
+    Math.round(Date.now() / 1000 - process.uptime()),
+    context,
+  )
+  sampleResources(context)
+  return Effect.void
 })
 
 const gcKinds: Record<number, string> = {
@@ -104,45 +127,64 @@ const gcKinds: Record<number, string> = {
   [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weakcb",
 }
 
-const gcByKind = new Map<string, Metric.Metric.Histogram<number>>()
+const gcByKind = new Map<string, Metric.Histogram<number>>()
 
-const recordGc = (kind: number | undefined, durationMs: number): void => {
+const gcHistogram = (kind: number | undefined): Metric.Histogram<number> => {
   const name = (kind !== undefined ? gcKinds[kind] : undefined) ?? "unknown"
   let histogram = gcByKind.get(name)
   if (histogram === undefined) {
-    histogram = Metric.tagged(WorkerMetrics.gcDuration, "kind", name)
+    histogram = Metric.withAttributes(WorkerMetrics.gcDuration, { kind: name })
     gcByKind.set(name, histogram)
   }
-  histogram.unsafeUpdate(durationMs / 1000, [])
+  return histogram
 }
 
 /**
- * One `gc` observer for the process however many scopes want it (each pause counted once),
- * disconnected when the last of them closes.
+ * One `gc` observer for the process however many scopes want it, disconnected when the last of
+ * them closes. A pause is recorded once into each registry those scopes run with (through the
+ * context of the first scope of each), never twice into one.
  */
-let gcObservers = 0
+const gcSinks = new Map<
+  Metric.MetricRegistry,
+  { context: Context.Context<never>; scopes: number }
+>()
 let gcObserver: PerformanceObserver | undefined
+
+const recordGc = (kind: number | undefined, durationMs: number): void => {
+  const histogram = gcHistogram(kind)
+  for (const sink of gcSinks.values()) histogram.updateUnsafe(durationMs / 1000, sink.context)
+}
+
+const startGcObserver = (): PerformanceObserver => {
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      // `detail.kind` since Node 16, `kind` before.
+      const gc = entry as unknown as {
+        readonly detail?: { readonly kind?: number } | null
+        readonly kind?: number
+      }
+      recordGc(gc.detail?.kind ?? gc.kind, entry.duration)
+    }
+  })
+  observer.observe({ entryTypes: ["gc"] })
+  return observer
+}
 
 const observeGc: Effect.Effect<void, never, Scope.Scope> = reportsGc
   ? Effect.acquireRelease(
-    Effect.sync(() => {
-      if (gcObservers++ === 0) {
-        gcObserver = new PerformanceObserver((list) => {
-          for (const entry of list.getEntries()) {
-            // `detail.kind` since Node 16, `kind` before.
-            const gc = entry as unknown as {
-              readonly detail?: { readonly kind?: number } | null
-              readonly kind?: number
-            }
-            recordGc(gc.detail?.kind ?? gc.kind, entry.duration)
-          }
-        })
-        gcObserver.observe({ entryTypes: ["gc"] })
-      }
+    Effect.withFiber((fiber) => {
+      const registry = fiber.getRef(Metric.MetricRegistry)
+      const sink = gcSinks.get(registry)
+      if (sink === undefined) gcSinks.set(registry, { context: fiber.context, scopes: 1 })
+      else sink.scopes++
+      gcObserver ??= startGcObserver()
+      return Effect.succeed(registry)
     }),
-    () =>
+    (registry) =>
       Effect.sync(() => {
-        if (--gcObservers === 0) {
+        const sink = gcSinks.get(registry)!
+        if (--sink.scopes === 0) gcSinks.delete(registry)
+        if (gcSinks.size === 0) {
           gcObserver?.disconnect()
           gcObserver = undefined
         }
@@ -158,7 +200,7 @@ const observeGc: Effect.Effect<void, never, Scope.Scope> = reportsGc
  */
 export interface Options {
   /** How often to sample, and the period whose overrun is the event loop's lag. Default 5 s. */
-  readonly interval?: Duration.DurationInput | undefined
+  readonly interval?: Duration.Input | undefined
 }
 
 /**
@@ -172,8 +214,8 @@ export interface Options {
  */
 export const make = (options: Options = {}): Effect.Effect<void, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const interval = Duration.decode(options.interval ?? "5 seconds")
-    const intervalNanos = Duration.unsafeToNanos(interval)
+    const interval = Duration.fromInputUnsafe(options.interval ?? "5 seconds")
+    const intervalNanos = Duration.toNanosUnsafe(interval)
     yield* WorkerMetrics.register
     yield* observeGc
     const lastEnd = yield* Ref.make<bigint | undefined>(undefined)
@@ -181,7 +223,7 @@ export const make = (options: Options = {}): Effect.Effect<void, never, Scope.Sc
       const now = yield* Clock.currentTimeNanos
       const last = yield* Ref.get(lastEnd)
       const late = last === undefined ? 0n : now - last - intervalNanos
-      yield* Metric.set(WorkerMetrics.eventLoopLag, late > 0n ? Number(late) / 1e9 : 0)
+      yield* Metric.update(WorkerMetrics.eventLoopLag, late > 0n ? Number(late) / 1e9 : 0)
       yield* sample
       yield* Ref.set(lastEnd, yield* Clock.currentTimeNanos)
     })
@@ -196,4 +238,4 @@ export const make = (options: Options = {}): Effect.Effect<void, never, Scope.Sc
  * @category layers
  */
 export const layer = (options: Options = {}): Layer.Layer<never> =>
-  Layer.scopedDiscard(make(options))
+  Layer.effectDiscard(make(options))

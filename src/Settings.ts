@@ -41,14 +41,15 @@ export type WorkerMode = WorkerSettings["mode"]
  * The worker's settings service.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
 export class Settings
-  extends Context.Tag("@async-task/worker/Settings")<Settings, WorkerSettings>() {}
+  extends Context.Service<Settings, WorkerSettings>()("@async-task/worker/Settings") {}
 
 /**
- * Settings given in code; they win over the environment. Durations are `DurationInput`
- * (a bare number is milliseconds, as everywhere in Effect).
+ * Settings given in code; they win over the environment. Durations are `Duration.Input`
+ * (a bare number is milliseconds, as everywhere in Effect); the log level is Effect's
+ * (`"Info"`, `"Warn"`, ...).
  *
  * @since 0.1.0
  * @category models
@@ -88,13 +89,13 @@ const relate = (s: Partial<WorkerSettings>): {
   }
   if (
     retryBackoffBase !== undefined && retryBackoffMax !== undefined &&
-    Duration.greaterThan(retryBackoffBase, retryBackoffMax)
+    Duration.isGreaterThan(retryBackoffBase, retryBackoffMax)
   ) {
     problems.push("retryBackoffBase must not exceed retryBackoffMax")
   }
   if (taskTimeout !== undefined && retryBackoffMax !== undefined && consumerTimeout !== undefined) {
     const worstCase = Duration.sum(Duration.sum(taskTimeout, retryBackoffMax), LEASE_MARGIN)
-    if (!Duration.lessThan(worstCase, consumerTimeout)) {
+    if (!Duration.isLessThan(worstCase, consumerTimeout)) {
       problems.push(
         `the task timeout (${Duration.format(taskTimeout)}) + the longest backoff ` +
           `(${Duration.format(retryBackoffMax)}) + 60s must be less than the consumer ` +
@@ -109,7 +110,8 @@ const relate = (s: Partial<WorkerSettings>): {
 
 /**
  * Reads and validates the settings from the ambient `ConfigProvider` (the environment by
- * default), with `overrides` winning over it. Fails with every problem at once.
+ * default: `ConfigProvider.ConfigProvider`, where an empty variable counts as unset), with
+ * `overrides` winning over it. Fails with every problem at once.
  *
  * @since 0.1.0
  * @category constructors

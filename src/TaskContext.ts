@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, LogLevel, Runtime } from "effect"
+import { type Context, Effect, type LogLevel } from "effect"
 
 /**
  * A progress report: an Effect for Effect handlers (`yield* ctx.progress(0.5)`), and a
@@ -63,20 +63,21 @@ export interface TaskLogger {
 }
 
 /**
- * A task's logger, running on `runtime`.
+ * A task's logger, logging with the loggers, level and annotations of `context` (the engine's,
+ * as `Effect.context()` gives it).
  *
  * @since 0.1.0
- * @category constructors
+ * @category logging
  */
 export const makeLogger = (
   info: TaskInfo & { readonly service: string },
-  runtime: Runtime.Runtime<never>,
+  context: Context.Context<never>,
 ): TaskLogger => {
+  const run = Effect.runSyncWith(context)
   const at =
-    (level: LogLevel.LogLevel) => (message: string, fields?: Readonly<Record<string, unknown>>) =>
-      Runtime.runSync(
-        runtime,
-        Effect.logWithLevel(level, message).pipe(
+    (level: LogLevel.Severity) => (message: string, fields?: Readonly<Record<string, unknown>>) =>
+      run(
+        Effect.logWithLevel(level)(message).pipe(
           Effect.annotateLogs({
             ...fields,
             service: info.service,
@@ -85,12 +86,7 @@ export const makeLogger = (
           }),
         ),
       )
-  return {
-    debug: at(LogLevel.Debug),
-    info: at(LogLevel.Info),
-    warn: at(LogLevel.Warning),
-    error: at(LogLevel.Error),
-  }
+  return { debug: at("Debug"), info: at("Info"), warn: at("Warn"), error: at("Error") }
 }
 
 /**
@@ -108,20 +104,21 @@ export interface TaskInfo {
 }
 
 /**
- * Makes `effect` awaitable as well, run on `runtime` when awaited.
+ * Makes `effect` awaitable as well, run with `context` (as `Effect.context()` gives it) when
+ * awaited.
  *
  * @since 0.1.0
  * @category constructors
  */
 export const awaitable = <R>(
   effect: Effect.Effect<void, never, R>,
-  runtime: Runtime.Runtime<R>,
+  context: Context.Context<R>,
 ): Progress => {
   const progress = Effect.suspend(() => effect) as unknown as Progress & {
     then: PromiseLike<void>["then"]
   }
   progress.then = (onFulfilled, onRejected) =>
-    Runtime.runPromise(runtime, effect).then(onFulfilled, onRejected)
+    Effect.runPromiseWith(context)(effect).then(onFulfilled, onRejected)
   return progress
 }
 

@@ -111,9 +111,9 @@ export type ConnectionStatus = "connecting" | "connected" | "disconnected" | "cl
  * A broker connection as the engine uses it.
  *
  * @since 0.1.0
- * @category tags
+ * @category services
  */
-export class Transport extends Context.Tag("@async-task/worker/Transport")<Transport, {
+export class Transport extends Context.Service<Transport, {
   /**
    * The next delivery of the input queue, waiting for one; `None` once intake has stopped.
    * The transport never holds more unsettled deliveries than the capacity (the prefetch):
@@ -138,4 +138,4 @@ export class Transport extends Context.Tag("@async-task/worker/Transport")<Trans
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
   /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
   readonly readyCount?: Effect.Effect<number, TransportError> | undefined
-}>() {}
+}>()("@async-task/worker/Transport") {}

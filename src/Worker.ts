@@ -1,15 +1,15 @@
 /**
  * A worker: its definition (`make`, validated as it loads) and the ways to run it — `serve` and
- * `layer` inside an Effect program, `start` for a handle on it, `run` as the process.
+ * `layer` inside an Effect program, `consume` for the bare engine, `run` as the process.
  *
  * @since 0.1.0
  */
-import { type Config, type ConfigError, Deferred, Effect, Layer } from "effect"
+import { type Config, Deferred, Effect, Layer } from "effect"
 import * as Lifecycle from "./Lifecycle.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import * as Probes from "./Probes.ts"
 import * as Process from "./Process.ts"
-import * as Settings from "./Settings.ts"
+import type * as Settings from "./Settings.ts"
 import type { Worker } from "./WorkerDefinition.ts"
 import type { IdleHookError } from "./WorkerError.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
@@ -17,14 +17,22 @@ import * as WorkerProgram from "./WorkerProgram.ts"
 export * from "./WorkerDefinition.ts"
 
 /**
- * Starts consuming in the current scope and returns the running worker, with none of the
- * lifecycle (settings from the context, no hooks): see {@link WorkerProgram.start}. An app
- * uses {@link layer} or {@link serve}.
+ * A running worker; see {@link WorkerProgram.RunningWorker}.
  *
  * @since 0.1.0
+ * @category models
+ */
+export type RunningWorker = WorkerProgram.RunningWorker
+
+/**
+ * Consumes in the current scope and returns the running worker, with none of the lifecycle
+ * (settings and transport from the context, no hooks): see {@link WorkerProgram.consume}. An app
+ * uses {@link layer} or {@link serve}.
+ *
+ * @since 0.2.0
  * @category running
  */
-export const start = WorkerProgram.start
+export const consume = WorkerProgram.consume
 
 /**
  * Lives the worker's whole life inside a program until it ends or the program is interrupted:
@@ -44,7 +52,7 @@ export const serve = Lifecycle.serve
  * (its settings, startup hooks and transport as {@link serve} has them; a failure to start fails
  * the layer); released by the drain, the shutdown hooks and the transport's close, before the
  * app's own services are. It provides the worker's probes: serve them with `Probes.layer` on
- * their own port, or mount `Probes.workerRouter` in the app's router.
+ * their own port, or add them to the app's `effect/http` router with `Probes.layerRoutes()`.
  *
  * @since 0.1.0
  * @category layers
@@ -53,9 +61,9 @@ export const layer = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options?: Lifecycle.LifeOptions,
 ): Layer.Layer<Probes.WorkerProbes, Lifecycle.StartError | IdleHookError, R> =>
-  Layer.scoped(
+  Layer.effect(
     Probes.WorkerProbes,
-    Effect.map(Lifecycle.start(worker, options), (life) => life.probes),
+    Effect.map(Lifecycle.make(worker, options), (started) => started.probes),
   )
 
 /**
@@ -71,10 +79,10 @@ export const layerConfig = <A, I, O, R>(
   options?: Omit<Lifecycle.LifeOptions, "settings">,
 ): Layer.Layer<
   Probes.WorkerProbes,
-  Lifecycle.StartError | IdleHookError | ConfigError.ConfigError,
+  Lifecycle.StartError | IdleHookError | Config.ConfigError,
   R
 > =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.map(config, (settings) => layer(worker, { ...options, settings })),
   )
 
@@ -93,13 +101,11 @@ export const layerMemory = <A, I, O, R>(
   Lifecycle.StartError | IdleHookError,
   R
 > =>
-  Layer.unwrapScoped(Effect.gen(function* () {
+  Layer.unwrap(Effect.gen(function* () {
+    // One broker, in the layer's scope: the transport's and the app's.
     const broker = Layer.succeed(MemoryBroker.MemoryBroker, yield* MemoryBroker.make())
-    const settings = yield* Settings.make(worker, options?.settings)
     const transport = MemoryBroker.layerTransport().pipe(Layer.provide(broker))
-    return Layer.merge(layer(worker, { ...options, transport }), broker).pipe(
-      Layer.provide(Layer.succeed(Settings.Settings, settings)),
-    )
+    return Layer.merge(layer(worker, { ...options, transport }), broker)
   }))
 
 /**
@@ -140,7 +146,7 @@ export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options?: Lifecycle.RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
 ): RunningProcess {
-  const stopped = Effect.runSync(Deferred.make<void>())
+  const stopped = Deferred.makeUnsafe<void>()
   let owned = true
   const exited = Process.runMain(
     Lifecycle.run(worker, {
@@ -148,7 +154,7 @@ export function run<A, I, O, R>(
       stop: Effect.raceFirst(options?.stop ?? Effect.never, Deferred.await(stopped)),
     }).pipe(
       Effect.provide(options?.layer ?? (Layer.empty as Layer.Layer<R>)),
-      Effect.catchAllCause((cause) =>
+      Effect.catchCause((cause) =>
         Effect.as(Effect.logError("The worker's services could not be built", cause), 1 as const)
       ),
     ),
@@ -158,7 +164,7 @@ export function run<A, I, O, R>(
     exited,
     stop: () => {
       owned = false
-      Deferred.unsafeDone(stopped, Effect.void)
+      Deferred.doneUnsafe(stopped, Effect.void)
       return exited
     },
   }

@@ -7,12 +7,15 @@
  */
 import { Cause, Duration, Effect, Exit, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
-import type { Drain } from "./Drain.ts"
 import { kindOf } from "./internal/delivery/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
 import type { TaskContext } from "./TaskContext.ts"
-import type { IdleHookError, TransportError } from "./WorkerError.ts"
-import { type FatalError, type RetryableError, WorkerDefinitionError } from "./WorkerError.ts"
+import {
+  type ConcurrencyError,
+  type FatalError,
+  type RetryableError,
+  WorkerDefinitionError,
+} from "./WorkerError.ts"
 
 /**
  * A handler: an Effect (failing with `FatalError` or `RetryableError`, and requiring `R`), or
@@ -59,11 +62,11 @@ export interface WorkerDefinition<A, I, O, R, E = unknown> {
   /** The service's name: the queues default to `<name>_queue_in` and `<name>_queue_out`. */
   readonly name: string
   /** Decodes `data.body`; a body it rejects is concluded `INVALID_INPUT`. */
-  readonly input: Schema.Schema<A, I>
+  readonly input: Schema.Codec<A, I>
   /** Encodes the handler's result into `success.response`, which must be a JSON object. */
-  readonly output: Schema.Schema<O, any>
+  readonly output: Schema.Codec<O, any>
   /** The handler's time limit (`WORKER_TASK_TIMEOUT_S` overrides it). */
-  readonly timeout: Duration.DurationInput
+  readonly timeout: Duration.Input
   /**
    * Tasks run at once: a number (`WORKER_CONCURRENCY` overrides it), `Concurrency.adaptive(…)`
    * or a `Concurrency.pool(…)` shared with other workers.
@@ -113,8 +116,8 @@ export type Hook<R> = Hooks.Hook<R>
 export interface Worker<A, I, O, R> {
   readonly _tag: "Worker"
   readonly name: string
-  readonly input: Schema.Schema<A, I>
-  readonly output: Schema.Schema<O, any>
+  readonly input: Schema.Codec<A, I>
+  readonly output: Schema.Codec<O, any>
   readonly timeout: Duration.Duration
   /** The initial number of tasks run at once, when the definition gives one. */
   readonly concurrency: number | undefined
@@ -124,16 +127,30 @@ export interface Worker<A, I, O, R> {
   readonly handler: Handler<A, O, R>
   /**
    * Sets the concurrency of every running instance of this worker (see
-   * {@link RunningWorker.setConcurrency}); rejects with a `ConcurrencyError` on an invalid value.
+   * `RunningWorker.setConcurrency`); rejects with a `ConcurrencyError` on an invalid value.
    */
   readonly setConcurrency: (n: number) => Promise<void>
   /** Stops every running instance of this worker as a signal would: a drain within the grace. */
   readonly stop: () => Promise<void>
   /** The running instances, for the two methods above. */
-  readonly instances: Set<RunningWorker>
+  readonly instances: Set<InstanceControls>
   readonly onStartup: ReadonlyArray<Hook<R>>
   readonly onShutdown: ReadonlyArray<Hook<R>>
   readonly readiness: Readonly<Record<string, Hook<R>>>
+}
+
+/**
+ * What the definition's `setConcurrency` and `stop` reach in each running instance of it
+ * (`WorkerProgram.RunningWorker` is one).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface InstanceControls {
+  readonly setConcurrency: (n: number) => Effect.Effect<void, ConcurrencyError>
+  /** The number of tasks run at once now. */
+  readonly concurrency: Effect.Effect<number>
+  readonly stop: Effect.Effect<void>
 }
 
 /**
@@ -225,7 +242,7 @@ export const validate = <A, I, O, R, E = unknown>(
     if (typeof d.handler !== "function") {
       return problem(`The worker "${d.name}" needs a handler function.`)
     }
-    const timeout = Duration.decodeUnknown(d.timeout)
+    const timeout = Duration.fromInput(d.timeout as Duration.Input)
     if (
       Option.isNone(timeout) || !Duration.isFinite(timeout.value) ||
       Duration.toMillis(timeout.value) <= 0
@@ -276,14 +293,14 @@ export const validate = <A, I, O, R, E = unknown>(
         )
       }
     }
-    const instances = new Set<RunningWorker>()
+    const instances = new Set<InstanceControls>()
     return Effect.succeed({
       _tag: "Worker" as const,
       instances,
       // Rejects with the ConcurrencyError itself (not a FiberFailure), running instances or not.
       setConcurrency: (n: number) =>
         Effect.runPromiseExit(
-          Effect.zipRight(
+          Effect.andThen(
             Concurrency.validate(n),
             Effect.forEach(instances, (running) => running.setConcurrency(n), { discard: true }),
           ),
@@ -325,37 +342,7 @@ export const validate = <A, I, O, R, E = unknown>(
 export const make = <A, I, O, R = never, E = never>(
   definition: WorkerDefinition<A, I, O, R, E>,
 ): Worker<A, I, O, R> =>
-  Effect.runSync(Effect.either(validate(definition))).pipe((result) => {
-    if (result._tag === "Left") throw result.left
-    return result.right
+  Effect.runSync(Effect.result(validate(definition))).pipe((result) => {
+    if (result._tag === "Failure") throw result.failure
+    return result.success
   })
-
-/**
- * A running worker.
- *
- * @since 0.1.0
- * @category models
- */
-export interface RunningWorker {
-  /** Stops intake and drains within the grace period; see {@link Drain}. */
-  readonly drain: Drain["Type"]["drain"]
-  /** Deliveries in hand. */
-  readonly inFlight: Effect.Effect<number>
-  /**
-   * Completes when intake has stopped and every delivery is settled; fails if the transport
-   * does, or the `onIdle` hook.
-   */
-  readonly await: Effect.Effect<void, TransportError | IdleHookError>
-  /**
-   * Changes the number of tasks run at once without cancelling any: growing grants capacity at
-   * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
-   * RabbitMQ this is the prefetch too.
-   */
-  readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
-  /** The number of tasks run at once now. */
-  readonly concurrency: Effect.Effect<number>
-  /** Asks the worker to stop: whoever runs it drains it (`Worker.run` exits 0). */
-  readonly stop: Effect.Effect<void>
-  /** Completes when {@link RunningWorker.stop} has been called. */
-  readonly stopRequested: Effect.Effect<void>
-}

@@ -11,7 +11,7 @@ import { errorText } from "./internal/describe.ts"
  * The task cannot succeed: conclude it now with this code and message.
  *
  * @since 0.1.0
- * @category handler errors
+ * @category errors
  */
 export class FatalError extends Data.TaggedError("FatalError")<{
   readonly code: string
@@ -25,12 +25,12 @@ export class FatalError extends Data.TaggedError("FatalError")<{
  * that the downstream is saturated.
  *
  * @since 0.1.0
- * @category handler errors
+ * @category errors
  */
 export class RetryableError extends Data.TaggedError("RetryableError")<{
   readonly code?: string | undefined
   readonly message?: string | undefined
-  readonly delay?: Duration.DurationInput | undefined
+  readonly delay?: Duration.Input | undefined
   readonly congestion?: boolean | undefined
 }> {}
 
@@ -39,7 +39,7 @@ export class RetryableError extends Data.TaggedError("RetryableError")<{
  * handler).
  *
  * @since 0.1.0
- * @category configuration errors
+ * @category errors
  */
 export class WorkerDefinitionError extends Data.TaggedError("WorkerDefinitionError")<{
   readonly message: string
@@ -49,7 +49,7 @@ export class WorkerDefinitionError extends Data.TaggedError("WorkerDefinitionErr
  * Settings that do not validate; `problems` lists every one, `message` joins them.
  *
  * @since 0.1.0
- * @category configuration errors
+ * @category errors
  */
 export class SettingsError extends Data.TaggedError("SettingsError")<{
   readonly problems: ReadonlyArray<string>
@@ -64,7 +64,7 @@ export class SettingsError extends Data.TaggedError("SettingsError")<{
  * broker has requeued it, and this worker must neither settle it nor publish for it.
  *
  * @since 0.1.0
- * @category transport errors
+ * @category errors
  */
 export class LeaseLost extends Data.TaggedError("LeaseLost")<{
   readonly reason: "expired" | "channel_closed" | "consumer_cancelled" | "stale"
@@ -78,7 +78,7 @@ export class LeaseLost extends Data.TaggedError("LeaseLost")<{
  * A publish that the broker did not confirm.
  *
  * @since 0.1.0
- * @category transport errors
+ * @category errors
  */
 export class PublishError extends Data.TaggedError("PublishError")<{
   readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected"
@@ -93,7 +93,7 @@ export class PublishError extends Data.TaggedError("PublishError")<{
  * A transport failure outside one delivery (connect, declare, consume).
  *
  * @since 0.1.0
- * @category transport errors
+ * @category errors
  */
 export class TransportError extends Data.TaggedError("TransportError")<{
   readonly reason:
@@ -119,7 +119,7 @@ export class TransportError extends Data.TaggedError("TransportError")<{
  * other failure shows only its class name, so a probe's error text never leaks by accident).
  *
  * @since 0.1.0
- * @category probe errors
+ * @category errors
  */
 export class ProbeError extends Data.TaggedError("ProbeError")<{
   readonly message: string
@@ -130,7 +130,7 @@ export class ProbeError extends Data.TaggedError("ProbeError")<{
  * (the port is in use, the address is not this host's, the port needs privileges).
  *
  * @since 0.1.0
- * @category probe errors
+ * @category errors
  */
 export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
   readonly reason: "bind"
@@ -141,7 +141,7 @@ export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
  * The worker's `onIdle` hook failed: the worker ends with this error.
  *
  * @since 0.1.0
- * @category hook errors
+ * @category errors
  */
 export class IdleHookError extends Data.TaggedError("IdleHookError")<{
   readonly cause: unknown
@@ -155,7 +155,7 @@ export class IdleHookError extends Data.TaggedError("IdleHookError")<{
  * An invalid concurrency: negative, not an integer, or above 2^31 − 1.
  *
  * @since 0.1.0
- * @category configuration errors
+ * @category errors
  */
 export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
   readonly value: unknown
@@ -169,7 +169,7 @@ export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
  * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`.
  *
  * @since 0.1.0
- * @category transport errors
+ * @category errors
  */
 export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
   readonly after: Duration.Duration
@@ -184,7 +184,7 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
  * response that is not a JSON object).
  *
  * @since 0.1.0
- * @category protocol errors
+ * @category errors
  */
 export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
   readonly message: string
@@ -194,7 +194,7 @@ export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
  * A startup hook of the worker failed: the worker does not start (`Worker.run` exits 1).
  *
  * @since 0.1.0
- * @category hook errors
+ * @category errors
  */
 export class StartupHookError extends Data.TaggedError("StartupHookError")<{
   readonly cause: unknown

@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, FiberRef, FiberRefs, HashMap, type Layer, Logger, type LogLevel } from "effect"
+import { Cause, Context, Effect, Layer, Logger, type LogLevel, References } from "effect"
 import { errorKind, errorText } from "./internal/describe.ts"
 
 /**
@@ -19,13 +19,13 @@ export const DEFAULT_LOGGER_NAME = "async_task_worker"
 
 // Python's names, as the platform's other workers log them.
 const levelName = (level: LogLevel.LogLevel): string => {
-  switch (level._tag) {
-    case "Warning":
+  switch (level) {
+    case "Warn":
       return "WARNING"
     case "Fatal":
       return "CRITICAL"
     default:
-      return level.label
+      return level.toUpperCase()
   }
 }
 
@@ -38,9 +38,11 @@ const text = (u: unknown): string => {
   }
 }
 
-/** What failed, by kind only: an error's text may hold a payload or a secret. */
-const errorTypes = (cause: Cause.Cause<unknown>): Array<string> =>
-  [...Cause.failures(cause), ...Cause.defects(cause)].map(errorKind)
+/** Every failure's error, then every defect: the order `error_type` names them in. */
+const errors = (cause: Cause.Cause<unknown>): Array<unknown> => [
+  ...cause.reasons.filter(Cause.isFailReason).map((reason) => reason.error),
+  ...cause.reasons.filter(Cause.isDieReason).map((reason) => reason.defect),
+]
 
 /**
  * The first failure's (else defect's) message and stack, for its author to debug: the worker's
@@ -50,7 +52,7 @@ const errorDetail = (
   cause: Cause.Cause<unknown>,
   redact: ReadonlyArray<string>,
 ): { readonly message?: string; readonly stack?: string } => {
-  const error = [...Cause.failures(cause), ...Cause.defects(cause)][0]
+  const error = errors(cause)[0]
   if (error === undefined) return {}
   const clean = (text: string) =>
     redact.reduce((t, secret) => (secret === "" ? t : t.replaceAll(secret, "***")), text)
@@ -63,37 +65,41 @@ const errorDetail = (
 
 /**
  * Whether the worker's JSON lines carry an error's message and stack (`WORKER_LOG_ERROR_TEXT`),
- * as the lifecycle sets it from the settings.
+ * as the lifecycle sets it from the settings (`Effect.provideService(CurrentErrorText, false)`).
  *
- * @since 0.1.0
- * @category fiber refs
+ * @since 0.2.0
+ * @category references
  */
-export const currentErrorText: FiberRef.FiberRef<boolean> = FiberRef.unsafeMake(true)
+export const CurrentErrorText: Context.Reference<boolean> = Context.Reference(
+  "@async-task/worker/WorkerLogger/CurrentErrorText",
+  { defaultValue: () => true },
+)
 
 /**
  * Secrets never written (the broker's password): replaced by `***` in an error's message and
  * stack. The lifecycle sets it from the settings.
  *
- * @since 0.1.0
- * @category fiber refs
+ * @since 0.2.0
+ * @category references
  */
-export const currentRedactions: FiberRef.FiberRef<ReadonlyArray<string>> = FiberRef.unsafeMake<
+export const CurrentRedactions: Context.Reference<ReadonlyArray<string>> = Context.Reference<
   ReadonlyArray<string>
->([])
+>("@async-task/worker/WorkerLogger/CurrentRedactions", { defaultValue: () => [] })
 
 const FIRST = ["task_id", "service", "attempt"] as const
 
 /**
- * Formats one line.
+ * Formats one line. `annotations` are the line's log annotations, as a logger reads them
+ * (`options.fiber.getRef(References.CurrentLogAnnotations)`).
  *
  * @since 0.1.0
- * @category formatting
+ * @category codecs
  */
 export const format = (options: {
   readonly date: Date
   readonly logLevel: LogLevel.LogLevel
   readonly message: unknown
-  readonly annotations: HashMap.HashMap<string, unknown>
+  readonly annotations: Readonly<Record<string, unknown>>
   readonly cause: Cause.Cause<unknown>
   /** Whether an error's message and stack are written (`WORKER_LOG_ERROR_TEXT`); default yes. */
   readonly errorText?: boolean | undefined
@@ -101,24 +107,23 @@ export const format = (options: {
   readonly redact?: ReadonlyArray<string> | undefined
 }): string => {
   const annotations = options.annotations
-  const name = HashMap.get(annotations, "logger")
   const record: Record<string, unknown> = {
     ts: options.date.toISOString(),
     level: levelName(options.logLevel),
-    logger: name._tag === "Some" ? String(name.value) : DEFAULT_LOGGER_NAME,
+    logger: Object.hasOwn(annotations, "logger") ? String(annotations.logger) : DEFAULT_LOGGER_NAME,
     msg: (Array.isArray(options.message) ? options.message : [options.message]).map(text).join(
       " ",
     ),
   }
   for (const key of FIRST) {
-    const value = HashMap.get(annotations, key)
-    if (value._tag === "Some") record[key] = value.value
+    if (Object.hasOwn(annotations, key)) record[key] = annotations[key]
   }
-  for (const [key, value] of annotations) {
+  for (const [key, value] of Object.entries(annotations)) {
     if (key !== "logger" && !(key in record)) record[key] = value
   }
-  if (!Cause.isEmptyType(options.cause)) {
-    const types = errorTypes(options.cause)
+  if (options.cause.reasons.length > 0) {
+    // What failed, by kind only: an error's text may hold a payload or a secret.
+    const types = errors(options.cause).map(errorKind)
     record.error_type = types.length === 0 ? "Interrupted" : types.join(", ")
     if (options.errorText !== false) {
       const detail = errorDetail(options.cause, options.redact ?? [])
@@ -141,23 +146,48 @@ export const format = (options: {
 }
 
 /**
+ * One line for a logger's call: {@link format} with the annotations, {@link CurrentErrorText}
+ * and {@link CurrentRedactions} of the fiber that logs. For a logger that writes the JSON lines
+ * somewhere other than stdout: `Logger.make((options) => sink(WorkerLogger.formatLog(options)))`.
+ *
+ * @since 0.2.0
+ * @category codecs
+ */
+export const formatLog = (options: Logger.Options<unknown>): string =>
+  format({
+    date: options.date,
+    logLevel: options.logLevel,
+    message: options.message,
+    cause: options.cause,
+    annotations: options.fiber.getRef(References.CurrentLogAnnotations),
+    errorText: options.fiber.getRef(CurrentErrorText),
+    redact: options.fiber.getRef(CurrentRedactions),
+  })
+
+/**
  * The JSON logger, writing to stdout.
  *
  * @since 0.1.0
- * @category loggers
+ * @category logging
  */
 export const json: Logger.Logger<unknown, void> = Logger.make((options) =>
-  globalThis.console.log(format({
-    ...options,
-    errorText: FiberRefs.getOrDefault(options.context, currentErrorText),
-    redact: FiberRefs.getOrDefault(options.context, currentRedactions),
-  }))
+  globalThis.console.log(formatLog(options))
 )
 
 /**
- * Replaces Effect's default logger with {@link json}.
+ * Replaces Effect's default logger with {@link json}, keeping the others, as Effect 3's
+ * `Logger.replace` did: Effect's `Logger.tracerLogger` among them, so that a line logged in a
+ * span is also an event of that span (a trace shows what its task logged), and an app's own.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<never> = Logger.replace(Logger.defaultLogger, json)
+export const layer: Layer.Layer<never> = Layer.effect(
+  Logger.CurrentLoggers,
+  Effect.withFiber((fiber) => {
+    const loggers = new Set(fiber.getRef(Logger.CurrentLoggers))
+    loggers.delete(Logger.defaultLogger)
+    loggers.add(json)
+    return Effect.succeed(loggers)
+  }),
+)

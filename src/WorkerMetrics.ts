@@ -1,33 +1,31 @@
 /**
  * Every metric the SDK records, declared once. Effect `Metric`s, so that a handler's own
- * metrics and the SDK's share one registry.
+ * metrics and the SDK's share one registry: the `Metric.MetricRegistry` of the context they
+ * are updated in (Effect's global one unless a program provides its own).
  *
  * @since 0.1.0
  */
-import { Array as Arr, Effect, Metric, MetricBoundaries, MetricLabel } from "effect"
+import { type Context, Effect, Metric } from "effect"
 
 /**
- * `Metric.tagged`, with its labels made once. `Metric.tagged` builds a new array of labels at
- * each update, so the metric's hook cache (keyed by that array) never hits and every update
- * looks its metric up by a freshly hashed key: several times per delivery.
+ * A counter labelled by one key, as a factory of one series per label value, each made once.
+ * Each value gets its own declaration under `withAttributes`: a metric caches its series key
+ * for the last attribute set it saw, so values sharing one declaration (a delivery's `started`
+ * then `success` publishes) would rebuild the key at every update (`bench/engine.ts`).
  */
-const tagged = (metric: Metric.Metric.Counter<number>, key: string) => {
-  const cache = new Map<string, Metric.Metric.Counter<number>>()
-  return (value: string): Metric.Metric.Counter<number> => {
-    let m = cache.get(value)
-    if (m === undefined) {
-      const labels = [MetricLabel.make(key, value)]
-      const all = (extra: ReadonlyArray<MetricLabel.MetricLabel>) =>
-        extra.length === 0 ? labels : Arr.union(labels, extra)
-      m = Metric.make(
-        metric.keyType,
-        (input: number, extra) => metric.unsafeUpdate(input, all(extra)),
-        (extra) => metric.unsafeValue(all(extra)),
-        (input: number, extra) => metric.unsafeModify(input, all(extra)),
-      )
-      cache.set(value, m)
+const labelled = (
+  name: string,
+  description: string,
+  key: string,
+): (value: string) => Metric.Counter<number> => {
+  const byValue = new Map<string, Metric.Counter<number>>()
+  return (value) => {
+    let metric = byValue.get(value)
+    if (metric === undefined) {
+      metric = Metric.withAttributes(Metric.counter(name, { description }), { [key]: value })
+      byValue.set(value, metric)
     }
-    return m
+    return metric
   }
 }
 
@@ -37,21 +35,21 @@ const tagged = (metric: Metric.Metric.Counter<number>, key: string) => {
  * @since 0.1.0
  * @category metrics
  */
-export const tasksTotal = tagged(
-  Metric.counter("worker_tasks_total", { description: "Deliveries settled, by outcome" }),
-  "status",
-)
+export const tasksTotal = labelled("worker_tasks_total", "Deliveries settled, by outcome", "status")
 
 /**
- * Handler run time.
+ * Handler run time: from the handler's start (once `started` is confirmed) to its end, a retry's
+ * backoff and the terminal message's publish left out.
  *
  * @since 0.1.0
  * @category metrics
  */
-export const taskDuration = Metric.histogram(
+export const taskDuration: Metric.Histogram<number> = Metric.histogram(
   "worker_task_duration_seconds",
-  MetricBoundaries.exponential({ start: 0.005, factor: 2, count: 16 }),
-  "Time from a task's start to its conclusion",
+  {
+    description: "Time a task's handler ran",
+    boundaries: Metric.exponentialBoundaries({ start: 0.005, factor: 2, count: 16 }),
+  },
 )
 
 /**
@@ -60,10 +58,9 @@ export const taskDuration = Metric.histogram(
  * @since 0.1.0
  * @category metrics
  */
-export const messagesPublished = tagged(
-  Metric.counter("worker_messages_published_total", {
-    description: "Messages published and confirmed",
-  }),
+export const messagesPublished = labelled(
+  "worker_messages_published_total",
+  "Messages published and confirmed",
   "message_type",
 )
 
@@ -73,8 +70,9 @@ export const messagesPublished = tagged(
  * @since 0.1.0
  * @category metrics
  */
-export const taskFailures = tagged(
-  Metric.counter("worker_task_failures_total", { description: "Failures concluded, by code" }),
+export const taskFailures = labelled(
+  "worker_task_failures_total",
+  "Failures concluded, by code",
   "code",
 )
 
@@ -94,8 +92,9 @@ export const taskRetries = Metric.counter("worker_task_retries_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const poisonMessages = tagged(
-  Metric.counter("worker_poison_messages_total", { description: "Poison messages, by reason" }),
+export const poisonMessages = labelled(
+  "worker_poison_messages_total",
+  "Poison messages, by reason",
   "reason",
 )
 
@@ -105,8 +104,9 @@ export const poisonMessages = tagged(
  * @since 0.1.0
  * @category metrics
  */
-export const publishFailures = tagged(
-  Metric.counter("worker_publish_failures_total", { description: "Publishes not confirmed" }),
+export const publishFailures = labelled(
+  "worker_publish_failures_total",
+  "Publishes not confirmed",
   "message_type",
 )
 
@@ -147,19 +147,24 @@ export const shutdownRequeued = Metric.counter("worker_shutdown_requeued_total",
  * @since 0.1.0
  * @category metrics
  */
-export const progressDropped = tagged(
-  Metric.counter("worker_progress_dropped_total", { description: "Progress updates not sent" }),
+export const progressDropped = labelled(
+  "worker_progress_dropped_total",
+  "Progress updates not sent",
   "reason",
 )
 
 /**
  * Adds one to `counter` at once, outside any Effect: for the engine's hot path, where an
- * Effect per increment would cost more than the rest of a task's bookkeeping.
+ * Effect per increment would cost more than the rest of a task's bookkeeping. `context` is the
+ * running fiber's (`fiber.context`): it holds the registry the count goes to.
  *
  * @since 0.1.0
  * @category metrics
  */
-export const count = (counter: Metric.Metric.Counter<number>): void => counter.unsafeUpdate(1, [])
+export const count = (
+  counter: Metric.Counter<number>,
+  context: Context.Context<never>,
+): void => counter.updateUnsafe(1, context)
 
 /**
  * Registers the SDK's unlabelled metrics at zero, so that `/metrics` shows them from the start
@@ -169,18 +174,18 @@ export const count = (counter: Metric.Metric.Counter<number>): void => counter.u
  * @since 0.1.0
  * @category metrics
  */
-export const register: Effect.Effect<void> = Effect.sync(() => {
-  for (const metric of [taskRetries, ackFailures, tasksInFlight, shutdownRequeued, taskDuration]) {
-    metric.unsafeValue([])
-  }
-})
+export const register: Effect.Effect<void> = Effect.forEach(
+  [taskRetries, ackFailures, tasksInFlight, shutdownRequeued, taskDuration],
+  (metric: Metric.Metric<never, unknown>) => Metric.value(metric),
+  { discard: true },
+)
 
 /**
  * Always 1, labelled with the SDK's `version` and the `runtime` it runs on (`node 22.3.0`,
  * `deno 2.1.4`). Set by `RuntimeMetrics`.
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const sdkInfo = Metric.gauge("worker_sdk_info", {
   description: "The worker SDK's version and the runtime it runs on (always 1)",
@@ -191,17 +196,18 @@ export const sdkInfo = Metric.gauge("worker_sdk_info", {
  * sampled every few seconds (`component="worker"`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
-export const eventLoopLag: Metric.Metric.Gauge<number> = Metric.gauge("event_loop_lag_seconds", {
+export const eventLoopLag: Metric.Gauge<number> = Metric.gauge("event_loop_lag_seconds", {
   description: "How late a timer of the worker fired at the last sample, in seconds",
-}).pipe(Metric.tagged("component", "worker"))
+  attributes: { component: "worker" },
+})
 
 /**
  * CPU time of the process (user + system), in seconds (`process.cpuUsage`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const processCpuSeconds = Metric.counter("process_cpu_seconds_total", {
   description: "Total user and system CPU time spent in seconds",
@@ -211,7 +217,7 @@ export const processCpuSeconds = Metric.counter("process_cpu_seconds_total", {
  * User CPU time of the process, in seconds.
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const processCpuUserSeconds = Metric.counter("process_cpu_user_seconds_total", {
   description: "Total user CPU time spent in seconds",
@@ -221,7 +227,7 @@ export const processCpuUserSeconds = Metric.counter("process_cpu_user_seconds_to
  * System CPU time of the process, in seconds.
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const processCpuSystemSeconds = Metric.counter("process_cpu_system_seconds_total", {
   description: "Total system CPU time spent in seconds",
@@ -231,7 +237,7 @@ export const processCpuSystemSeconds = Metric.counter("process_cpu_system_second
  * Resident set size of the process, in bytes (`process.memoryUsage().rss`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const processResidentMemory = Metric.gauge("process_resident_memory_bytes", {
   description: "Resident memory size in bytes",
@@ -241,7 +247,7 @@ export const processResidentMemory = Metric.gauge("process_resident_memory_bytes
  * When the process started, in seconds since the Unix epoch.
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const processStartTime = Metric.gauge("process_start_time_seconds", {
   description: "Start time of the process since unix epoch in seconds",
@@ -252,7 +258,7 @@ export const processStartTime = Metric.gauge("process_start_time_seconds", {
  * on Deno too (same V8 figures).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const heapUsed = Metric.gauge("nodejs_heap_size_used_bytes", {
   description: "V8 heap size used in bytes",
@@ -262,7 +268,7 @@ export const heapUsed = Metric.gauge("nodejs_heap_size_used_bytes", {
  * V8 heap reserved, in bytes (`process.memoryUsage().heapTotal`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const heapTotal = Metric.gauge("nodejs_heap_size_total_bytes", {
   description: "V8 heap size reserved in bytes",
@@ -272,7 +278,7 @@ export const heapTotal = Metric.gauge("nodejs_heap_size_total_bytes", {
  * Memory of C++ objects bound to JavaScript objects, in bytes (`process.memoryUsage().external`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const externalMemory = Metric.gauge("nodejs_external_memory_bytes", {
   description: "V8 external memory size in bytes",
@@ -283,7 +289,7 @@ export const externalMemory = Metric.gauge("nodejs_external_memory_bytes", {
  * tells (`process.getActiveResourcesInfo`).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const activeResources = Metric.gauge("nodejs_active_resources", {
   description: "Resources keeping the event loop alive, by type",
@@ -293,7 +299,7 @@ export const activeResources = Metric.gauge("nodejs_active_resources", {
  * Resources keeping the event loop alive, all types together.
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
 export const activeResourcesTotal = Metric.gauge("nodejs_active_resources_total", {
   description: "Resources keeping the event loop alive",
@@ -304,12 +310,14 @@ export const activeResourcesTotal = Metric.gauge("nodejs_active_resources_total"
  * where the runtime reports them (Node; Deno does not).
  *
  * @since 0.1.0
- * @category runtime metrics
+ * @category metrics
  */
-export const gcDuration = Metric.histogram(
+export const gcDuration: Metric.Histogram<number> = Metric.histogram(
   "nodejs_gc_duration_seconds",
-  MetricBoundaries.fromIterable([0.001, 0.01, 0.1, 1, 2, 5]),
-  "Garbage collection duration by kind, in seconds",
+  {
+    description: "Garbage collection duration by kind, in seconds",
+    boundaries: Metric.boundariesFromIterable([0.001, 0.01, 0.1, 1, 2, 5]),
+  },
 )
 
 /**

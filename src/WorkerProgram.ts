@@ -19,6 +19,7 @@ import {
   Schedule,
   SubscriptionRef,
 } from "effect"
+import type * as Concurrency from "./Concurrency.ts"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
 import type { DeliveryHandle } from "./internal/delivery/handle.ts"
@@ -27,8 +28,38 @@ import * as LeaseRenewal from "./LeaseRenewal.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
-import type { Hook, RunningWorker, Worker } from "./WorkerDefinition.ts"
-import { IdleHookError } from "./WorkerError.ts"
+import type { Hook, InstanceControls, Worker } from "./WorkerDefinition.ts"
+import { IdleHookError, type TransportError } from "./WorkerError.ts"
+
+/**
+ * A running worker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunningWorker extends InstanceControls {
+  /** Stops intake and drains within the grace period; see {@link Drain}. */
+  readonly drain: Drain.Drain["Service"]["drain"]
+  /** Deliveries in hand. */
+  readonly inFlight: Effect.Effect<number>
+  /**
+   * Completes when intake has stopped and every delivery is settled; fails if the transport
+   * does, or the `onIdle` hook.
+   */
+  readonly await: Effect.Effect<void, TransportError | IdleHookError>
+  /**
+   * Changes the number of tasks run at once without cancelling any: growing grants capacity at
+   * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
+   * RabbitMQ this is the prefetch too.
+   */
+  readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
+  /** The number of tasks run at once now. */
+  readonly concurrency: Effect.Effect<number>
+  /** Asks the worker to stop: whoever runs it drains it (`Worker.run` exits 0). */
+  readonly stop: Effect.Effect<void>
+  /** Completes when {@link RunningWorker.stop} has been called. */
+  readonly stopRequested: Effect.Effect<void>
+}
 
 /**
  * The concerns a program may be given other layers of (a test's throttle, say); by default the
@@ -58,12 +89,16 @@ export const layer = <A, I, O, R>(
   never,
   Settings | Transport | R
 > =>
-  Drain.layer.pipe(
-    Layer.provideMerge(DeliveryEngine.layer(worker)),
-    Layer.provide(
-      Layer.merge(
-        concerns.throttle ?? ProgressThrottle.layer,
-        concerns.renewal ?? LeaseRenewal.layer,
+  // Fresh: Effect 4 shares a layer value across the graphs built with one memo map, and two
+  // workers of one app must not share an engine, a drain or a throttle.
+  Layer.fresh(
+    Drain.layer.pipe(
+      Layer.provideMerge(DeliveryEngine.layer(worker)),
+      Layer.provide(
+        Layer.merge(
+          concerns.throttle ?? ProgressThrottle.layer,
+          concerns.renewal ?? LeaseRenewal.layer,
+        ),
       ),
     ),
   )
@@ -80,7 +115,7 @@ const IDLE_POLL = Duration.millis(250)
 const watchIdle = <R>(
   hook: Hook<R>,
   inFlight: Effect.Effect<number>,
-  transport: Transport["Type"],
+  transport: Transport["Service"],
   draining: () => boolean,
   taken: () => number,
 ): Effect.Effect<void, IdleHookError, R> =>
@@ -110,14 +145,14 @@ const watchIdle = <R>(
   })
 
 /**
- * Starts consuming in the current scope and returns the running worker. Closing the scope
- * interrupts whatever is in hand (each such task is requeued); call `drain` first for a
- * graceful stop, as {@link serve} does.
+ * Consumes in the current scope and returns the running worker. Closing the scope interrupts
+ * whatever is in hand (each such task is requeued); call `drain` first for a graceful stop, as
+ * `Worker.serve` does.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category running
  */
-export const start = <A, I, O, R>(
+export const consume = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   concerns?: Concerns,
 ): Effect.Effect<RunningWorker, never, Scope.Scope | Settings | Transport | R> =>
@@ -128,16 +163,20 @@ export const start = <A, I, O, R>(
     const program = yield* Layer.build(layer(worker, concerns)).pipe(
       Effect.provideService(
         Transport,
-        worker.onIdle === undefined
-          ? transport
-          : { ...transport, take: Effect.tap(transport.take, () => void taken++) },
+        worker.onIdle === undefined ? transport : {
+          ...transport,
+          take: Effect.map(transport.take, (delivery) => {
+            taken++
+            return delivery
+          }),
+        },
       ),
     )
     const engine = Context.get(program, DeliveryEngine.DeliveryEngine)
     const drain = Context.get(program, Drain.Drain)
     const consuming = yield* Effect.forkScoped(
       engine.consume.pipe(
-        Effect.tapErrorCause((cause) => Effect.logError("The worker stopped consuming", cause)),
+        Effect.tapCause((cause) => Effect.logError("The worker stopped consuming", cause)),
       ),
     )
     let draining = false
@@ -153,8 +192,8 @@ export const start = <A, I, O, R>(
         }),
       inFlight: engine.inFlight,
       await: Effect.raceFirst(
-        Fiber.join(consuming).pipe(Effect.zipRight(engine.awaitIdle)),
-        Effect.zipRight(idle, Effect.never),
+        Fiber.join(consuming).pipe(Effect.andThen(engine.awaitDone)),
+        Effect.andThen(idle, Effect.never),
       ),
       setConcurrency: engine.setConcurrency,
       concurrency: engine.concurrency,

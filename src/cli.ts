@@ -1,11 +1,28 @@
 #!/usr/bin/env node
 /**
  * The `async-task-worker` executable: `async-task-worker run <module>[:export]`. See
- * {@link Command}.
+ * {@link Command}. The Node version is checked before the SDK and Effect load, so that an older
+ * Node gets one line saying what to run instead of whatever it would fail with later.
  *
  * @since 0.1.0
  */
-import * as Command from "./Command.ts"
-import * as Process from "./Process.ts"
+import process from "node:process"
 
-Process.runMain(Command.main)
+/** The oldest Node the SDK supports (Effect 4's own minimum). */
+const MINIMUM_NODE = [22, 19] as const
+
+const [major = 0, minor = 0] = process.versions.node.split(".").map(Number)
+const isDeno = "Deno" in globalThis
+
+if (
+  !isDeno && (major < MINIMUM_NODE[0] || (major === MINIMUM_NODE[0] && minor < MINIMUM_NODE[1]))
+) {
+  process.stderr.write(
+    `async-task-worker: Node v${process.versions.node} is too old: the SDK needs Node ` +
+      `${MINIMUM_NODE.join(".")} or later (22 LTS or 24), or Deno 2\n`,
+  )
+  process.exitCode = 2
+} else {
+  const [Command, Process] = await Promise.all([import("./Command.ts"), import("./Process.ts")])
+  Process.runMain(Command.main)
+}

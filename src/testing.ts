@@ -11,11 +11,10 @@ import {
   Context,
   Duration,
   Effect,
-  Either,
   Exit,
   Layer,
   Option,
-  Runtime,
+  Result,
   Schema,
   Scope,
 } from "effect"
@@ -106,7 +105,7 @@ export interface WorkerHarness<I = unknown, O = unknown> {
   /** Makes the next publish (of `type`, when given) fail, as an unconfirmed publish would. */
   readonly failNextPublish: (type?: MessageType) => Effect.Effect<void>
   readonly settings: Settings.WorkerSettings
-  readonly broker: MemoryBroker.MemoryBroker["Type"]
+  readonly broker: MemoryBroker.MemoryBroker["Service"]
 }
 
 const encoder = new TextEncoder()
@@ -121,7 +120,7 @@ const describeRun = (run: Pick<TaskRun, "messageTypes" | "outcome" | "error">): 
   (run.error === undefined ? "" : `, error ${run.error.code}: ${run.error.message}`)
 
 const toRun = <O>(
-  output: Schema.Schema<O, any>,
+  output: Schema.Codec<O, any>,
   taskId: string | undefined,
   published: ReadonlyArray<{ readonly raw: Uint8Array; readonly message: WireMessage }>,
   outcome: TaskRun["outcome"],
@@ -138,7 +137,7 @@ const toRun = <O>(
     messageTypes: messages.map((m) => m.data.message_type),
     outcome,
     response: terminal?.data.message_type === "success"
-      ? Either.getOrUndefined(Schema.decodeUnknownEither(output)(terminal.data.response))
+      ? Result.getOrUndefined(Schema.decodeUnknownResult(output)(terminal.data.response))
       : undefined,
     error: terminal?.data.message_type === "failure" ? terminal.data.error_message : undefined,
   }
@@ -201,7 +200,7 @@ export const make = <A, I, O, R>(
     ).pipe(
       // The test's process environment (IN_QUEUE_NAME, WORKER_TASK_TIMEOUT_S, …) is not the
       // worker's: only the overrides and the defaults count.
-      Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({})),
     )
     const broker = yield* MemoryBroker.make()
     // Capacity 0: the harness takes each message itself, one delivery per submission.
@@ -211,13 +210,17 @@ export const make = <A, I, O, R>(
       capacity: 0,
     })
     // The worker program every runner uses; the harness hands it each delivery itself.
-    const program = yield* Layer.build(WorkerProgram.layer(worker)).pipe(
-      Effect.provideService(Settings.Settings, settings),
-      Effect.provideService(Transport, transport),
+    const program = yield* Layer.build(
+      WorkerProgram.layer(worker).pipe(
+        Layer.provide(Layer.succeed(Settings.Settings, settings)),
+        Layer.provide(Layer.succeed(Transport, transport)),
+      ),
     )
     const engine = Context.get(program, DeliveryHandle)
     const onClock = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
-      options.clock === "ambient" ? effect : Effect.withClock(effect, Clock.make())
+      options.clock === "ambient"
+        ? effect
+        : Effect.provideService(effect, Clock.Clock, Clock.Clock.defaultValue())
 
     const deliver = (bytes: Uint8Array, taskId: string | undefined, deliveryCount: number) =>
       onClock(Effect.gen(function* () {
@@ -228,8 +231,8 @@ export const make = <A, I, O, R>(
         let outcome: TaskRun["outcome"] = "NONE"
         yield* engine.handle({
           ...delivery,
-          ack: delivery.ack.pipe(Effect.tap(() => (outcome = "ACKED"))),
-          requeue: delivery.requeue.pipe(Effect.tap(() => (outcome = "NACKED_REQUEUE"))),
+          ack: Effect.map(delivery.ack, () => void (outcome = "ACKED")),
+          requeue: Effect.map(delivery.requeue, () => void (outcome = "NACKED_REQUEUE")),
         })
         // The harness keeps the queue empty: a requeued message is not run again by itself.
         yield* broker.purge(settings.inQueue)
@@ -293,9 +296,9 @@ export const start = async <A, I, O>(
   worker: Worker<A, I, O, never>,
   options: Omit<HarnessOptions, "clock"> = {},
 ): Promise<AsyncWorkerHarness<I, O>> => {
-  const scope = Effect.runSync(Scope.make())
-  const harness = await Effect.runPromise(Scope.extend(make(worker, options), scope))
-  const run = <X>(effect: Effect.Effect<X>) => Runtime.runPromise(Runtime.defaultRuntime, effect)
+  const scope = Scope.makeUnsafe()
+  const harness = await Effect.runPromise(Scope.provide(make(worker, options), scope))
+  const run = <X>(effect: Effect.Effect<X>) => Effect.runPromise(effect)
   const close = () => run(Scope.close(scope, Exit.void))
   return {
     submit: (body, o) => run(harness.submit(body, o)),
@@ -352,9 +355,9 @@ export const makeTaskContext = (info: Partial<TaskContext.TaskInfo> = {}): {
     (fraction, payload) =>
       TaskContext.awaitable(
         Effect.sync(() => void updates.push({ fraction, payload })),
-        Runtime.defaultRuntime,
+        Context.empty(),
       ),
-    (info) => TaskContext.makeLogger({ ...info, service: "test" }, Runtime.defaultRuntime),
+    (info) => TaskContext.makeLogger({ ...info, service: "test" }, Context.empty()),
   )
   return {
     ctx: context,

@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { test } from "node:test"
 import amqp from "amqplib"
-import { Effect, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Effect, Fiber, Layer, References, Schema } from "effect"
 import { AmqpTransport, Settings, Worker } from "@async-task/worker"
 
 const VHOST = "async-task-worker-quorum"
@@ -35,7 +35,7 @@ test("a worker from the built package concludes a task on RabbitMQ", async () =>
   const fiber = Effect.runFork(
     Worker.serve(worker).pipe(
       Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Logger.withMinimumLogLevel(LogLevel.Warning),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
     ),
   )
   const connection = await amqp.connect(URL)

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Either, Fiber, Option, Stream, TestClock } from "effect"
+import { ConfigProvider, Effect, Fiber, Option, Result, Stream } from "effect"
+import { TestClock } from "effect/testing"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
@@ -11,19 +12,19 @@ import type { WireMessage } from "../src/Protocol.ts"
 const fixtures = fileURLToPath(new URL("./fixtures/command/", import.meta.url))
 
 const run = (module: string, exportName = "worker", memory = false) =>
-  Either.right({ _tag: "Run", module, exportName, memory })
+  Result.succeed({ _tag: "Run", module, exportName, memory })
 
 describe("Command", () => {
   describe("parse", () => {
     it("asks for help, wherever the flag is", () => {
       for (const argv of [["--help"], ["-h"], ["run", "./w.ts", "--help"], ["serve", "-h"]]) {
-        expect(Command.parse(argv)).toEqual(Either.right({ _tag: "Help" }))
+        expect(Command.parse(argv)).toEqual(Result.succeed({ _tag: "Help" }))
       }
     })
 
     it("asks for the version", () => {
       for (const argv of [["--version"], ["-V"], ["run", "./w.ts", "-V"]]) {
-        expect(Command.parse(argv)).toEqual(Either.right({ _tag: "Version" }))
+        expect(Command.parse(argv)).toEqual(Result.succeed({ _tag: "Version" }))
       }
     })
 
@@ -67,8 +68,8 @@ describe("Command", () => {
     for (const [what, argv, says] of usageErrors) {
       it(`${what}: one line saying what is wrong`, () => {
         const parsed = Command.parse(argv)
-        expect(Either.isLeft(parsed)).toBe(true)
-        const message = Either.getLeft(parsed).pipe(Option.getOrThrow)
+        expect(Result.isFailure(parsed)).toBe(true)
+        const message = Result.getFailure(parsed).pipe(Option.getOrThrow)
         expect(message).toContain(says)
         expect(message).not.toContain("\n")
       })
@@ -77,7 +78,7 @@ describe("Command", () => {
 
   describe("load", () => {
     const loaded = (module: string, exportName = "worker") =>
-      Effect.either(Command.load(fixtures, module, exportName))
+      Effect.result(Command.load(fixtures, module, exportName))
 
     const loadError = (module: string, exportName = "worker") =>
       Effect.flip(Command.load(fixtures, module, exportName))
@@ -145,7 +146,7 @@ describe("Command", () => {
           "cannot load ./invalid.ts: The worker needs a name of letters, digits, '.', '_' or '-' " +
             '(at most 200 characters), such as "count-words".',
         )
-        expect(Either.isLeft(yield* loaded("./invalid.ts"))).toBe(true)
+        expect(Result.isFailure(yield* loaded("./invalid.ts"))).toBe(true)
       }))
   })
 
@@ -159,8 +160,8 @@ describe("Command", () => {
         })
         const fiber = yield* Command.main.pipe(
           Effect.provideService(Process.Process, proc.process),
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
-          Effect.fork,
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({})),
+          Effect.forkChild,
         )
         return { proc, fiber }
       })
@@ -214,7 +215,7 @@ describe("Command", () => {
           ["run", "./worker.ts:makeWorker", "--memory"],
           Stream.make('{"text":"one two three"}'),
         )
-        for (let i = 0; i < 100 && Option.isNone(yield* Fiber.poll(fiber)); i++) {
+        for (let i = 0; i < 100 && fiber.pollUnsafe() === undefined; i++) {
           yield* TestClock.adjust("20 millis")
         }
         expect(yield* Fiber.join(fiber)).toBe(0)

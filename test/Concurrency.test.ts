@@ -6,14 +6,13 @@ import {
   Effect,
   Exit,
   Fiber,
-  FiberId,
   Layer,
   Metric,
   Option,
   Schema,
   Scope,
-  TestClock,
 } from "effect"
+import { TestClock } from "effect/testing"
 import * as Concurrency from "../src/Concurrency.ts"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
 import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
@@ -58,7 +57,7 @@ const newLab = (slots: Lab["slots"] = { now: 0, most: 0 }): Lab => ({
 const gate = (lab: Lab, taskId: string): Deferred.Deferred<Outcome> => {
   let d = lab.gates.get(taskId)
   if (d === undefined) {
-    d = Deferred.unsafeMake<Outcome>(FiberId.none)
+    d = Deferred.makeUnsafe<Outcome>()
     lab.gates.set(taskId, d)
   }
   return d
@@ -74,7 +73,7 @@ const gated = (
     readonly name?: string
     readonly concurrency?: Concurrency.Policy
     readonly weight?: number
-    readonly timeout?: Duration.DurationInput
+    readonly timeout?: Duration.Input
     readonly onIdle?: Worker.Hook<never>
   } = {},
 ) => {
@@ -156,12 +155,12 @@ const queues = Effect.gen(function* () {
   }
 })
 
-type Queues = Effect.Effect.Success<typeof queues>
+type Queues = Effect.Success<typeof queues>
 
 /** Lets every fiber that can run, run (the TestClock does not move). */
 const settle = Effect.gen(function* () {
   for (let i = 0; i < 20; i++) {
-    yield* Effect.yieldNow()
+    yield* Effect.yieldNow
     yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
   }
 })
@@ -215,7 +214,7 @@ describe("Concurrency", () => {
       const lab = newLab()
       const worker = gated(lab, { concurrency: 3 })
       return Effect.gen(function* () {
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         for (const value of [-1, 0.5, 2 ** 31]) {
           const error = yield* Effect.flip(running.setConcurrency(value))
           expect(error).toBeInstanceOf(Concurrency.ConcurrencyError)
@@ -233,7 +232,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { concurrency: 2 })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("t-1", "t-2", "t-3", "t-4", "t-5")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
         yield* settle
@@ -260,7 +259,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { concurrency: 4 })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("t-1", "t-2", "t-3", "t-4")
         yield* waitUntil(() => lab.running === 4, "four tasks run")
 
@@ -296,7 +295,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { concurrency: 2 })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("t-1", "t-2", "t-3", "t-4", "t-5", "t-6")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
         expect(yield* q.unacked).toBe(2)
@@ -324,7 +323,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { concurrency: 2 })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("t-1")
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
         yield* running.setConcurrency(0)
@@ -381,7 +380,7 @@ describe("Concurrency", () => {
           Effect.gen(function* () {
             yield* broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie)
             const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
-            return yield* Effect.fork(engine.handle(delivery))
+            return yield* Effect.forkChild(engine.handle(delivery))
           })
         const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
         const ready = broker.ready(settings.inQueue)
@@ -389,7 +388,7 @@ describe("Concurrency", () => {
         return { engine, handle, published, ready, purge }
       })
 
-    it.scoped("a delivery in hand during a shrink waits, then runs once the running ones settle below the target", () =>
+    it.effect("a delivery in hand during a shrink waits, then runs once the running ones settle below the target", () =>
       Effect.gen(function* () {
         const lab = newLab()
         const { engine, handle, published } = yield* makeEngine(lab, 2)
@@ -420,7 +419,7 @@ describe("Concurrency", () => {
         expect(lab.interrupted).toEqual([])
       }))
 
-    it.scoped("a delivery interrupted while it waits for a slot is never started, and takes no slot", () =>
+    it.effect("a delivery interrupted while it waits for a slot is never started, and takes no slot", () =>
       Effect.gen(function* () {
         const lab = newLab()
         const { handle, published, purge, ready } = yield* makeEngine(lab, 1)
@@ -452,7 +451,7 @@ describe("Concurrency", () => {
       })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         expect(yield* running.concurrency).toBe(1)
         expect(yield* targetGauge).toBe(1)
         yield* q.submit("a-1", "a-2", "a-3", "a-4", "a-5", "a-6", "a-7", "a-8", "a-9")
@@ -487,7 +486,7 @@ describe("Concurrency", () => {
       })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("w-1", "w-2", "w-3", "w-4", "w-5")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
         yield* finish(lab, q, "w-1")
@@ -509,7 +508,7 @@ describe("Concurrency", () => {
       })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("c-1", "c-2", "c-3", "c-4")
         yield* waitUntil(() => lab.running === 4, "four tasks run")
         // In the order they took their slots: `last` took the last one before the decrease.
@@ -550,7 +549,7 @@ describe("Concurrency", () => {
       })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("m-1", "m-2", "m-3")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
         yield* open(lab, "m-1", "congested")
@@ -576,7 +575,7 @@ describe("Concurrency", () => {
       })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("f-1")
         yield* finish(lab, q, "f-1", "fatal")
         expect(yield* q.published("f-1")).toEqual(["started", "failure"])
@@ -599,7 +598,7 @@ describe("Concurrency", () => {
         })
         return Effect.gen(function* () {
           const q = yield* queues
-          const running = yield* Worker.start(worker)
+          const running = yield* Worker.consume(worker)
           yield* q.submit("slow")
           yield* waitUntil(() => lab.running === 1, "slow runs")
           yield* TestClock.adjust("10 seconds")
@@ -629,7 +628,7 @@ describe("Concurrency", () => {
             Layer.provide(Layer.succeed(MemoryBroker.MemoryBroker, broker)),
           ),
         )
-        const running = yield* Worker.start(worker).pipe(Effect.provide(context))
+        const running = yield* Worker.consume(worker).pipe(Effect.provide(context))
         const q = yield* queues.pipe(
           Effect.provide(context),
           Effect.provideService(MemoryBroker.MemoryBroker, broker),
@@ -689,7 +688,7 @@ describe("Concurrency", () => {
       return Effect.gen(function* () {
         const A = yield* startOn(first)
         const scope = yield* Scope.make()
-        const B = yield* startOn(second).pipe(Scope.extend(scope))
+        const B = yield* startOn(second).pipe(Scope.provide(scope))
         yield* B.q.submit("b-1", "b-2")
         yield* waitUntil(() => b.running === 2, "b fills the pool")
         yield* A.q.submit("a-1")
@@ -717,14 +716,14 @@ describe("Concurrency", () => {
         concurrency: 1,
         handler: (_, ctx) =>
           Effect.sync(() => entered.push(ctx.taskId)).pipe(
-            Effect.zipRight(Effect.sleep("1 second")),
+            Effect.andThen(Effect.sleep("1 second")),
             Effect.as({ ok: true }),
           ),
       })
       const logs = captureLogs()
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(sleepy)
+        const running = yield* Worker.consume(sleepy)
         expect(sleepy.instances.has(running)).toBe(true)
         yield* q.submit("s-1", "s-2", "s-3")
         yield* waitUntil(() => entered.length === 1, "s-1 runs")
@@ -746,7 +745,7 @@ describe("Concurrency", () => {
       return Effect.gen(function* () {
         const idle = yield* Effect.flip(Effect.tryPromise(() => worker.setConcurrency(-1)))
         expect(idle.cause).toBeInstanceOf(Concurrency.ConcurrencyError)
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         const error = yield* Effect.flip(Effect.tryPromise(() => worker.setConcurrency(1.5)))
         expect(error.cause).toBeInstanceOf(Concurrency.ConcurrencyError)
         expect(yield* running.concurrency).toBe(2)
@@ -758,7 +757,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { concurrency: 2 })
       return Effect.gen(function* () {
         const q = yield* queues
-        const serving = yield* Effect.fork(Worker.serve(worker))
+        const serving = yield* Effect.forkChild(Worker.serve(worker))
         yield* q.submit("t-1")
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
         expect(worker.instances.size).toBe(1)
@@ -794,7 +793,7 @@ describe("Concurrency", () => {
       const calls = { n: 0, at: [] as Array<number> }
       const worker = gated(newLab(), { onIdle: counting(calls) })
       return Effect.gen(function* () {
-        yield* Worker.start(worker)
+        yield* Worker.consume(worker)
         yield* TestClock.adjust("999 millis")
         yield* settle
         expect(calls.n).toBe(0)
@@ -813,7 +812,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { onIdle: counting(calls) })
       return Effect.gen(function* () {
         const q = yield* queues
-        yield* Worker.start(worker)
+        yield* Worker.consume(worker)
         yield* TestClock.adjust("750 millis")
         // Quiet since 0; the delivery lands just before the poll that would fire.
         yield* q.submit("t-1")
@@ -845,7 +844,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { onIdle: counting(calls) })
       return Effect.gen(function* () {
         const q = yield* queues
-        yield* Worker.start(worker)
+        yield* Worker.consume(worker)
         yield* TestClock.adjust("800 millis")
         yield* q.submit("quick")
         yield* finish(lab, q, "quick")
@@ -864,7 +863,7 @@ describe("Concurrency", () => {
       const worker = gated(lab, { onIdle: counting(calls) })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* running.setConcurrency(0)
         yield* q.submit("waiting")
         yield* TestClock.adjust("5 seconds")
@@ -881,8 +880,8 @@ describe("Concurrency", () => {
       const boom = new Error("no more work to plan")
       const worker = gated(newLab(), { onIdle: () => Promise.reject(boom) })
       return Effect.gen(function* () {
-        const running = yield* Worker.start(worker)
-        const awaiting = yield* Effect.fork(running.await)
+        const running = yield* Worker.consume(worker)
+        const awaiting = yield* Effect.forkChild(running.await)
         yield* TestClock.adjust("1 second")
         const error = yield* Effect.flip(Fiber.join(awaiting))
         expect(error).toBeInstanceOf(IdleHookError)
@@ -894,7 +893,7 @@ describe("Concurrency", () => {
     it.effect("Worker.serve fails with the IdleHookError of an Effect hook", () => {
       const worker = gated(newLab(), { onIdle: Effect.fail("planned") })
       return Effect.gen(function* () {
-        const serving = yield* Effect.fork(Worker.serve(worker))
+        const serving = yield* Effect.forkChild(Worker.serve(worker))
         yield* TestClock.adjust("1 second")
         const error = yield* Effect.flip(Fiber.join(serving))
         expect(error).toBeInstanceOf(IdleHookError)
@@ -908,10 +907,10 @@ describe("Concurrency", () => {
       const worker = gated(lab, { onIdle: counting(calls) })
       return Effect.gen(function* () {
         const q = yield* queues
-        const running = yield* Worker.start(worker)
+        const running = yield* Worker.consume(worker)
         yield* q.submit("t-1")
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
-        const draining = yield* Effect.fork(running.drain())
+        const draining = yield* Effect.forkChild(running.drain())
         yield* TestClock.adjust("2 seconds")
         yield* finish(lab, q, "t-1")
         expect(yield* Fiber.join(draining)).toEqual({ inFlightAtStart: 1, requeued: 0 })

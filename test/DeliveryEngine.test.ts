@@ -7,15 +7,16 @@ import {
   Effect,
   Exit,
   Fiber,
-  HashMap,
   Layer,
   Logger,
   Option,
   Random,
+  References,
   Schema,
   Scope,
-  TestClock,
 } from "effect"
+import { TestClock } from "effect/testing"
+import * as Concurrency from "../src/Concurrency.ts"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
 import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
@@ -42,7 +43,7 @@ const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.l
 /** A `count-words` worker with the given handler. */
 const define = (
   handler: Worker.Handler<Text, Words, never>,
-  options: { readonly timeout?: Duration.DurationInput } = {},
+  options: { readonly timeout?: Duration.Input } = {},
 ) =>
   Worker.make({
     name: "count-words",
@@ -74,11 +75,11 @@ interface Logs {
 const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.suspend(() => {
     const lines: Array<LogLine> = []
-    const logger = Logger.make(({ annotations, logLevel, message }) => {
+    const logger = Logger.make(({ fiber, logLevel, message }) => {
       lines.push({
-        level: logLevel.label,
+        level: logLevel,
         message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: Object.fromEntries(HashMap.toEntries(annotations)),
+        annotations: fiber.getRef(References.CurrentLogAnnotations),
       })
     })
     const logs: Logs = {
@@ -89,7 +90,7 @@ const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect
           (taskId === undefined || l.annotations.task_id === taskId)
         ),
     }
-    return Effect.provide(body(logs), Logger.replace(Logger.defaultLogger, logger))
+    return Effect.provide(body(logs), Logger.layer([logger]))
   })
 
 interface ExpectedDecision {
@@ -107,7 +108,7 @@ const expectSettled = (logs: Logs, expected: ExpectedDecision): LogLine => {
   const lines = logs.settled(expected.taskId)
   expect(lines.map((l) => l.message), "exactly one decision line per delivery").toHaveLength(1)
   const line = lines[0]!
-  expect(line.level).toBe("INFO")
+  expect(line.level).toBe("Info")
   let text = `Delivery settled: outcome=${expected.outcome} action=${expected.action}`
   if (expected.code !== undefined) text += ` code=${expected.code}`
   expect(line.message.startsWith(text), `${line.message} starts with ${text}`).toBe(true)
@@ -133,12 +134,19 @@ const waitUntil = (check: () => boolean, what: string) =>
   Effect.gen(function* () {
     for (let i = 0; i < 2000; i++) {
       if (check()) return
-      yield* Effect.yieldNow()
+      yield* Effect.yieldNow
     }
-    return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
+    return yield* Effect.die(new Error(`Gave up waiting until ${what}`))
   })
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+  Effect.sync(() => fiber.pollUnsafe() !== undefined)
+
+/** Random numbers that are always `r`. */
+const fixedRandom = (r: number): Random.Random => ({
+  nextDoubleUnsafe: () => r,
+  nextIntUnsafe: () => Math.floor(r * Number.MAX_SAFE_INTEGER),
+})
 
 const decoder = new TextDecoder()
 const decode = (body: Uint8Array) => JSON.parse(decoder.decode(body)) as WireMessage
@@ -155,7 +163,7 @@ const makeEngine = <A, I, O>(
   worker: Worker.Worker<A, I, O, never>,
   options: {
     readonly overrides?: Settings.SettingsOverrides
-    readonly wrap?: (transport: Transport["Type"]) => Transport["Type"]
+    readonly wrap?: (transport: Transport["Service"]) => Transport["Service"]
   } = {},
 ) =>
   Effect.gen(function* () {
@@ -174,9 +182,11 @@ const makeEngine = <A, I, O>(
     const transport = options.wrap === undefined ? inner : options.wrap(inner)
     // The worker program every runner uses, built in the test's scope; the test hands it each
     // delivery itself.
-    const program = yield* Layer.build(WorkerProgram.layer(worker)).pipe(
-      Effect.provideService(Settings.Settings, settings),
-      Effect.provideService(Transport, transport),
+    const program = yield* Layer.build(
+      WorkerProgram.layer(worker).pipe(
+        Layer.provide(Layer.succeed(Settings.Settings, settings)),
+        Layer.provide(Layer.succeed(Transport, transport)),
+      ),
     )
     const engine = {
       ...Context.get(program, DeliveryEngine.DeliveryEngine),
@@ -188,7 +198,7 @@ const makeEngine = <A, I, O>(
       body: unknown,
       o: {
         readonly deliveryCount?: number
-        readonly leaseDuration?: Duration.DurationInput
+        readonly leaseDuration?: Duration.Input
         readonly classic?: boolean
       } = {},
     ) =>
@@ -212,15 +222,15 @@ const makeEngine = <A, I, O>(
 /** A delivery whose settlements are recorded in `log`. */
 const recorded = (delivery: Delivery, log: Array<string>): Delivery => ({
   ...delivery,
-  ack: Effect.sync(() => log.push("ack")).pipe(Effect.zipRight(delivery.ack)),
-  requeue: Effect.sync(() => log.push("requeue")).pipe(Effect.zipRight(delivery.requeue)),
+  ack: Effect.sync(() => log.push("ack")).pipe(Effect.andThen(delivery.ack)),
+  requeue: Effect.sync(() => log.push("requeue")).pipe(Effect.andThen(delivery.requeue)),
 })
 
 // ---------------------------------------------------------------------------------------------
 
 describe("DeliveryEngine", () => {
   describe("failure codes the SDK itself emits", () => {
-    it.scoped("an Effect handler's FatalError concludes with its own code and message", () =>
+    it.effect("an Effect handler's FatalError concludes with its own code and message", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = define(() =>
@@ -249,7 +259,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("an async handler's thrown FatalError concludes with its own code and message", () =>
+    it.effect("an async handler's thrown FatalError concludes with its own code and message", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = define(async () => {
@@ -273,7 +283,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a FatalError whose code breaks the code pattern concludes INTERNAL_ERROR", () =>
+    it.effect("a FatalError whose code breaks the code pattern concludes INTERNAL_ERROR", () =>
       Effect.gen(function* () {
         const worker = define(() =>
           Effect.fail(new FatalError({ code: "not-a-code", message: "lower case" }))
@@ -284,7 +294,7 @@ describe("DeliveryEngine", () => {
         expect(run.error?.message).toBe(INTERNAL_SENTENCE)
       }))
 
-    it.scoped("a RetryableError at the last attempt concludes with its own code and message", () =>
+    it.effect("a RetryableError at the last attempt concludes with its own code and message", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -310,7 +320,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a RetryableError without a code at the last attempt concludes RETRY_EXHAUSTED", () =>
+    it.effect("a RetryableError without a code at the last attempt concludes RETRY_EXHAUSTED", () =>
       Effect.gen(function* () {
         const worker = define(async () => {
           await Promise.resolve()
@@ -322,7 +332,7 @@ describe("DeliveryEngine", () => {
         expect(run.error?.message).toBe("The task failed on each of its 5 attempts.")
       }))
 
-    it.scoped("INVALID_MESSAGE: a malformed envelope that names its task, without `started`", () =>
+    it.effect("INVALID_MESSAGE: a malformed envelope that names its task, without `started`", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -350,14 +360,14 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("INVALID_INPUT names the path of the problem and never its value", () =>
+    it.effect("INVALID_INPUT names the path of the problem and never its value", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const secret = "sk_live_51HxSECRETvalue9f8e7d"
           let runs = 0
           const worker = Worker.make({
             name: "count-words",
-            input: Schema.Struct({ text: Schema.String, language: Schema.Literal("en", "fr") }),
+            input: Schema.Struct({ text: Schema.String, language: Schema.Literals(["en", "fr"]) }),
             output: Words,
             timeout: "10 seconds",
             handler: () => {
@@ -390,7 +400,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("INVALID_OUTPUT: the output does not match the output schema", () =>
+    it.effect("INVALID_OUTPUT: the output does not match the output schema", () =>
       Effect.gen(function* () {
         const worker = define(() => Effect.succeed({ words: "three" } as unknown as Words))
         const harness = yield* WorkerHarness.make(worker)
@@ -401,7 +411,7 @@ describe("DeliveryEngine", () => {
         expect(run.error!.message).not.toContain("three")
       }))
 
-    it.scoped("INVALID_OUTPUT: a non-finite number is never written, not even as null", () =>
+    it.effect("INVALID_OUTPUT: a non-finite number is never written, not even as null", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = Worker.make({
@@ -428,7 +438,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("INVALID_OUTPUT: an output that is not a JSON object", () =>
+    it.effect("INVALID_OUTPUT: an output that is not a JSON object", () =>
       Effect.gen(function* () {
         const worker = Worker.make({
           name: "count-words",
@@ -444,7 +454,7 @@ describe("DeliveryEngine", () => {
         expect(run.error!.message).toContain("not a JSON object")
       }))
 
-    it.scoped("TASK_TIMEOUT: an Effect handler is interrupted at its time limit", () =>
+    it.effect("TASK_TIMEOUT: an Effect handler is interrupted at its time limit", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let entered = false
@@ -452,14 +462,16 @@ describe("DeliveryEngine", () => {
           const worker = define(
             () =>
               Effect.sync(() => (entered = true)).pipe(
-                Effect.zipRight(Effect.sleep("60 seconds")),
+                Effect.andThen(Effect.sleep("60 seconds")),
                 Effect.as({ words: 0 }),
                 Effect.ensuring(Effect.sync(() => (finalized = true))),
               ),
             { timeout: "10 seconds" },
           )
           const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
-          const fiber = yield* Effect.fork(harness.submit({ text: "slow" }, { taskId: "t-slow" }))
+          const fiber = yield* Effect.forkChild(
+            harness.submit({ text: "slow" }, { taskId: "t-slow" }),
+          )
           yield* waitUntil(() => entered, "the handler runs")
           yield* TestClock.adjust("9999 millis")
           expect(yield* isDone(fiber)).toBe(false)
@@ -479,7 +491,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("TASK_TIMEOUT: an async handler's signal is aborted at its time limit", () =>
+    it.effect("TASK_TIMEOUT: an async handler's signal is aborted at its time limit", () =>
       Effect.gen(function* () {
         let ctx: TaskContext | undefined
         const worker = define(async (_input, c) => {
@@ -490,7 +502,7 @@ describe("DeliveryEngine", () => {
           return { words: 0 }
         }, { timeout: "5 seconds" })
         const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
-        const fiber = yield* Effect.fork(harness.submit({ text: "slow" }))
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "slow" }))
         yield* waitUntil(() => ctx !== undefined, "the handler runs")
         expect(ctx!.signal.aborted).toBe(false)
         yield* TestClock.adjust("5 seconds")
@@ -520,7 +532,7 @@ describe("DeliveryEngine", () => {
       ],
     ]
     for (const [what, name, handler] of unexpected) {
-      it.scoped(`INTERNAL_ERROR: ${what} concludes with the fixed sentence, never its text`, () =>
+      it.effect(`INTERNAL_ERROR: ${what} concludes with the fixed sentence, never its text`, () =>
         withLogs((logs) =>
           Effect.gen(function* () {
             const harness = yield* WorkerHarness.make(define(handler))
@@ -532,7 +544,7 @@ describe("DeliveryEngine", () => {
               expect(line.message).not.toContain("hunter2")
               expect(JSON.stringify(line.annotations)).not.toContain("hunter2")
             }
-            const error = logs.lines.find((l) => l.level === "ERROR")
+            const error = logs.lines.find((l) => l.level === "Error")
             expect(error?.message).toBe(`The handler failed with an unexpected ${name}`)
             expect(error?.annotations.task_id).toBe("t-internal")
             expectSettled(logs, {
@@ -546,7 +558,7 @@ describe("DeliveryEngine", () => {
         ))
     }
 
-    it.scoped("TASK_ABANDONED_AFTER_REDELIVERIES: past the delivery limit, without running", () =>
+    it.effect("TASK_ABANDONED_AFTER_REDELIVERIES: past the delivery limit, without running", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -573,7 +585,7 @@ describe("DeliveryEngine", () => {
   })
 
   describe("the decision line", () => {
-    it.scoped("success: the response is published, then the delivery is acked", () =>
+    it.effect("success: the response is published, then the delivery is acked", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const harness = yield* WorkerHarness.make(counting)
@@ -594,7 +606,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("poison: a message with no task id is acked with nothing published", () =>
+    it.effect("poison: a message with no task id is acked with nothing published", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const harness = yield* WorkerHarness.make(counting)
@@ -608,7 +620,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("shutdown_requeued: an interrupted delivery interrupts its handler and requeues", () =>
+    it.effect("shutdown_requeued: an interrupted delivery interrupts its handler and requeues", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let ctx: TaskContext | undefined
@@ -620,7 +632,7 @@ describe("DeliveryEngine", () => {
             )
           })
           const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
-          const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "t-stop" }))
+          const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }, { taskId: "t-stop" }))
           yield* waitUntil(() => ctx !== undefined, "the handler runs")
           yield* Fiber.interrupt(fiber)
           expect(interrupted).toBe(true)
@@ -639,7 +651,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("engine_error: a transport defect requeues the delivery and logs the cause", () =>
+    it.effect("engine_error: a transport defect requeues the delivery and logs the cause", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -657,7 +669,7 @@ describe("DeliveryEngine", () => {
           const settlements: Array<string> = []
           const delivery = recorded(yield* take("t-broken", { text: "x" }), settlements)
           // Requeued after the attempt's backoff (at most the 1 s base), never at once.
-          const fiber = yield* Effect.fork(engine.handle(delivery))
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* TestClock.adjust("400 millis")
           expect(settlements).toEqual([])
           yield* TestClock.adjust("1 second")
@@ -669,7 +681,7 @@ describe("DeliveryEngine", () => {
           expect(yield* outbound).toEqual([])
           expect(
             logs.lines.some((l) =>
-              l.level === "ERROR" &&
+              l.level === "Error" &&
               l.message === "The delivery engine failed; the message is requeued"
             ),
           ).toBe(true)
@@ -684,7 +696,7 @@ describe("DeliveryEngine", () => {
   })
 
   describe("attempts", () => {
-    it.scoped("a quorum queue's x-delivery-count n makes attempt n + 1 of the delivery limit", () =>
+    it.effect("a quorum queue's x-delivery-count n makes attempt n + 1 of the delivery limit", () =>
       Effect.gen(function* () {
         const seen: Array<readonly [number, number]> = []
         const worker = define((_input, ctx) =>
@@ -701,7 +713,7 @@ describe("DeliveryEngine", () => {
         expect(seen).toEqual([[1, 5], [2, 5], [5, 5]])
       }))
 
-    it.scoped("before the last attempt a RetryableError requeues; at it, it concludes", () =>
+    it.effect("before the last attempt a RetryableError requeues; at it, it concludes", () =>
       Effect.gen(function* () {
         const worker = define(() => Effect.fail(new RetryableError({ code: "BUSY" })))
         const harness = yield* WorkerHarness.make(worker, {
@@ -714,7 +726,7 @@ describe("DeliveryEngine", () => {
         third.assertFailed({ code: "BUSY" })
       }))
 
-    it.scoped("a classic queue's redelivered flag: attempt 1, then 2 of 2, warned once", () =>
+    it.effect("a classic queue's redelivered flag: attempt 1, then 2 of 2, warned once", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const seen: Array<readonly [number, number]> = []
@@ -754,13 +766,13 @@ describe("DeliveryEngine", () => {
           ])
           const warnings = logs.lines.filter((l) => l.message.includes("classic queue"))
           expect(warnings).toHaveLength(1)
-          expect(warnings[0]!.level).toBe("WARN")
+          expect(warnings[0]!.level).toBe("Warn")
         })
       ))
   })
 
   describe("retry backoff", () => {
-    const retrying = (entered: { count: number }, delay?: Duration.DurationInput) =>
+    const retrying = (entered: { count: number }, delay?: Duration.Input) =>
       define(() => {
         entered.count++
         return Effect.fail(new RetryableError({ code: "BUSY", delay }))
@@ -770,16 +782,16 @@ describe("DeliveryEngine", () => {
     const measure = (
       harness: WorkerHarness.WorkerHarness,
       deliveryCount: number,
-      step: Duration.DurationInput,
+      step: Duration.Input,
     ) =>
       Effect.gen(function* () {
-        const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { deliveryCount }))
-        const stepMillis = Duration.toMillis(Duration.decode(step))
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }, { deliveryCount }))
+        const stepMillis = Duration.toMillis(Duration.fromInputUnsafe(step))
         let elapsed = 0
         while (!(yield* isDone(fiber))) {
           yield* TestClock.adjust(stepMillis)
           elapsed += stepMillis
-          if (elapsed > 600_000) return yield* Effect.dieMessage("never requeued")
+          if (elapsed > 600_000) return yield* Effect.die(new Error("never requeued"))
         }
         const run = yield* Fiber.join(fiber)
         expect(run.outcome).toBe("NACKED_REQUEUE")
@@ -790,7 +802,7 @@ describe("DeliveryEngine", () => {
 
     const overrides = { retryBackoffBase: "1 second", retryBackoffMax: "60 seconds" } as const
 
-    it.scoped("attempt 1 waits between half and all of the base before the requeue", () =>
+    it.effect("attempt 1 waits between half and all of the base before the requeue", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const entered = { count: 0 }
@@ -798,7 +810,9 @@ describe("DeliveryEngine", () => {
             clock: "ambient",
             settingsOverrides: overrides,
           })
-          const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "t-retry" }))
+          const fiber = yield* Effect.forkChild(
+            harness.submit({ text: "x" }, { taskId: "t-retry" }),
+          )
           yield* TestClock.adjust("490 millis")
           expect(entered.count).toBe(1)
           expect(yield* isDone(fiber)).toBe(false)
@@ -817,7 +831,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("each requeue of attempt 1 lands in [0.5 s, 1 s]", () =>
+    it.effect("each requeue of attempt 1 lands in [0.5 s, 1 s]", () =>
       Effect.gen(function* () {
         const harness = yield* WorkerHarness.make(retrying({ count: 0 }), {
           clock: "ambient",
@@ -830,7 +844,7 @@ describe("DeliveryEngine", () => {
         }
       }))
 
-    it.scoped("attempt 3 waits between 2 s and 4 s", () =>
+    it.effect("attempt 3 waits between 2 s and 4 s", () =>
       Effect.gen(function* () {
         const harness = yield* WorkerHarness.make(retrying({ count: 0 }), {
           clock: "ambient",
@@ -843,7 +857,7 @@ describe("DeliveryEngine", () => {
         }
       }))
 
-    it.scoped("the backoff is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
+    it.effect("the backoff is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
       Effect.gen(function* () {
         // Attempt 5 of 10 would wait 8 to 16 s uncapped: 2.5 to 5 s capped.
         const capped = yield* WorkerHarness.make(retrying({ count: 0 }), {
@@ -859,13 +873,13 @@ describe("DeliveryEngine", () => {
         expect(elapsed).toBeLessThanOrEqual(5000)
       }))
 
-    it.scoped("the error's own delay replaces the backoff, exactly", () =>
+    it.effect("the error's own delay replaces the backoff, exactly", () =>
       Effect.gen(function* () {
         const harness = yield* WorkerHarness.make(retrying({ count: 0 }, "7 seconds"), {
           clock: "ambient",
           settingsOverrides: overrides,
         })
-        const fiber = yield* Effect.fork(harness.submit({ text: "x" }))
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }))
         yield* TestClock.adjust("6999 millis")
         expect(yield* isDone(fiber)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -874,13 +888,13 @@ describe("DeliveryEngine", () => {
         expect(run.messageTypes).toEqual(["started"])
       }))
 
-    it.scoped("the error's own delay is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
+    it.effect("the error's own delay is capped at WORKER_RETRY_BACKOFF_MAX_S", () =>
       Effect.gen(function* () {
         const harness = yield* WorkerHarness.make(retrying({ count: 0 }, "2 hours"), {
           clock: "ambient",
           settingsOverrides: { retryBackoffBase: "1 second", retryBackoffMax: "10 seconds" },
         })
-        const fiber = yield* Effect.fork(harness.submit({ text: "x" }))
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }))
         yield* TestClock.adjust("9999 millis")
         expect(yield* isDone(fiber)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -894,10 +908,10 @@ describe("DeliveryEngine", () => {
           retryBackoffBase: Duration.seconds(1),
           retryBackoffMax: Duration.seconds(60),
         }
-        const at = (attempt: number, r: number, delay?: Duration.DurationInput) =>
+        const at = (attempt: number, r: number, delay?: Duration.Input) =>
           DeliveryEngine.backoff(settings, attempt, delay).pipe(
             Effect.map(Duration.toMillis),
-            Effect.withRandom(Random.fixed([r])),
+            Effect.provideService(Random.Random, fixedRandom(r)),
           )
         expect(yield* at(1, 0)).toBe(500)
         expect(yield* at(1, 0.999)).toBeCloseTo(999.5)
@@ -911,7 +925,7 @@ describe("DeliveryEngine", () => {
   })
 
   describe("publishing", () => {
-    it.scoped("a refused terminal publish holds the delivery: retried, then confirmed and acked", () =>
+    it.effect("a refused terminal publish holds the delivery: retried, then confirmed and acked", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -925,7 +939,7 @@ describe("DeliveryEngine", () => {
               ...t,
               publish: (body, type) =>
                 // The output starts refusing once `started` is out.
-                Effect.zipRight(
+                Effect.andThen(
                   type === "started" ? Effect.suspend(() => refuse) : Effect.void,
                   t.publish(body, type),
                 ),
@@ -934,7 +948,7 @@ describe("DeliveryEngine", () => {
           refuse = broker.refusePublishes(settings.outQueue, true)
           const settlements: Array<string> = []
           const delivery = recorded(yield* take("t-held", { text: "a b" }), settlements)
-          const fiber = yield* Effect.fork(engine.handle(delivery))
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* TestClock.adjust("30 seconds")
           expect(yield* isDone(fiber)).toBe(false)
           expect(settlements).toEqual([])
@@ -960,7 +974,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a refused `started` holds the delivery: the handler runs once it is confirmed", () =>
+    it.effect("a refused `started` holds the delivery: the handler runs once it is confirmed", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -970,7 +984,9 @@ describe("DeliveryEngine", () => {
           })
           const { broker, engine, outbound, settings, take } = yield* makeEngine(worker)
           yield* broker.refusePublishes(settings.outQueue, true)
-          const fiber = yield* Effect.fork(engine.handle(yield* take("t-no-start", { text: "x" })))
+          const fiber = yield* Effect.forkChild(
+            engine.handle(yield* take("t-no-start", { text: "x" })),
+          )
           yield* TestClock.adjust("2 minutes")
           expect(runs).toBe(0)
           expect(yield* isDone(fiber)).toBe(false)
@@ -988,7 +1004,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("an output that refuses past what the lease allows: requeued after a backoff, publish_failed", () =>
+    it.effect("an output that refuses past what the lease allows: requeued after a backoff, publish_failed", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let runs = 0
@@ -1004,7 +1020,7 @@ describe("DeliveryEngine", () => {
           yield* broker.refusePublishes(settings.outQueue, true)
           const settlements: Array<string> = []
           const delivery = recorded(yield* take("t-refused", { text: "x" }), settlements)
-          const fiber = yield* Effect.fork(engine.handle(delivery))
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* TestClock.adjust("119 seconds")
           expect(settlements).toEqual([])
           yield* TestClock.adjust("20 seconds")
@@ -1025,13 +1041,13 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a task held for a refusing output is interrupted by a shutdown: requeued", () =>
+    it.effect("a task held for a refusing output is interrupted by a shutdown: requeued", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const { broker, engine, settings, take } = yield* makeEngine(counting)
           yield* broker.refusePublishes(settings.outQueue, true)
           const settlements: Array<string> = []
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             engine.handle(recorded(yield* take("t-stop-held", { text: "x" }), settlements)),
           )
           yield* TestClock.adjust("3 seconds")
@@ -1046,7 +1062,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("the terminal message is confirmed before the delivery is acked", () =>
+    it.effect("the terminal message is confirmed before the delivery is acked", () =>
       Effect.gen(function* () {
         const log: Array<string> = []
         const { engine, take } = yield* makeEngine(counting, {
@@ -1054,8 +1070,8 @@ describe("DeliveryEngine", () => {
             ...t,
             publish: (body, type: MessageType) =>
               Effect.sync(() => log.push(`publish:${type}`)).pipe(
-                Effect.zipRight(t.publish(body, type)),
-                Effect.tap(() => log.push(`confirmed:${type}`)),
+                Effect.andThen(t.publish(body, type)),
+                Effect.tap(() => Effect.sync(() => log.push(`confirmed:${type}`))),
               ),
           }),
         })
@@ -1070,7 +1086,7 @@ describe("DeliveryEngine", () => {
         ])
       }))
 
-    it.scoped("a terminal publish never confirmed is never acked", () =>
+    it.effect("a terminal publish never confirmed is never acked", () =>
       Effect.gen(function* () {
         const log: Array<string> = []
         const confirm = yield* Deferred.make<void>()
@@ -1080,14 +1096,14 @@ describe("DeliveryEngine", () => {
             publish: (body, type) =>
               type === "success"
                 ? Effect.sync(() => log.push(`publish:${type}`)).pipe(
-                  Effect.zipRight(Deferred.await(confirm)),
-                  Effect.zipRight(t.publish(body, type)),
+                  Effect.andThen(Deferred.await(confirm)),
+                  Effect.andThen(t.publish(body, type)),
                 )
                 : t.publish(body, type),
           }),
         })
         const delivery = recorded(yield* take("t-hang", { text: "a" }), log)
-        const fiber = yield* Effect.fork(engine.handle(delivery))
+        const fiber = yield* Effect.forkChild(engine.handle(delivery))
         yield* TestClock.adjust("5 minutes")
         expect(yield* isDone(fiber)).toBe(false)
         expect(log).toEqual(["publish:success"])
@@ -1105,12 +1121,12 @@ describe("DeliveryEngine", () => {
     const slow = (entered: { ctx?: TaskContext }, finalized: { value: boolean }) =>
       define((_input, ctx) =>
         Effect.sync(() => (entered.ctx = ctx)).pipe(
-          Effect.zipRight(Effect.sleep("50 seconds")),
+          Effect.andThen(Effect.sleep("50 seconds")),
           Effect.as({ words: 1 }),
           Effect.onInterrupt(() => Effect.sync(() => (finalized.value = true))),
         ), { timeout: "120 seconds" })
 
-    it.scoped("a running task's lease is renewed when a third of it remains", () =>
+    it.effect("a running task's lease is renewed when a third of it remains", () =>
       Effect.gen(function* () {
         const renewals: Array<number> = []
         const { broker, engine, outbound, settings, take } = yield* makeEngine(
@@ -1122,13 +1138,13 @@ describe("DeliveryEngine", () => {
           lease: {
             ...taken.lease,
             renew: Option.map(taken.lease.renew, (renew) =>
-              Effect.zipRight(
+              Effect.andThen(
                 Clock.currentTimeMillis.pipe(Effect.map((now) => renewals.push(now))),
                 renew,
               )),
           },
         }
-        const fiber = yield* Effect.fork(engine.handle(delivery))
+        const fiber = yield* Effect.forkChild(engine.handle(delivery))
         yield* TestClock.adjust("50 seconds")
         const decision = yield* Fiber.join(fiber)
         expect(decision).toMatchObject({ outcome: "success", action: "conclude" })
@@ -1138,7 +1154,7 @@ describe("DeliveryEngine", () => {
         expect(yield* broker.ready(settings.inQueue)).toBe(0)
       }))
 
-    it.scoped("a lease that expires mid-task is fenced: interrupted, nothing published, no ack", () =>
+    it.effect("a lease that expires mid-task is fenced: interrupted, nothing published, no ack", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const entered: { ctx?: TaskContext } = {}
@@ -1153,7 +1169,7 @@ describe("DeliveryEngine", () => {
             { ...taken, lease: { ...taken.lease, renew: Option.none() } },
             settlements,
           )
-          const fiber = yield* Effect.fork(engine.handle(delivery))
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
           yield* TestClock.adjust("29 seconds")
           expect(yield* isDone(fiber)).toBe(false)
@@ -1181,7 +1197,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a renewal refused as lost is a lost lease: the async handler's signal fires", () =>
+    it.effect("a renewal refused as lost is a lost lease: the async handler's signal fires", () =>
       Effect.gen(function* () {
         let ctx: TaskContext | undefined
         const worker = define(async (_input, c) => {
@@ -1201,7 +1217,7 @@ describe("DeliveryEngine", () => {
             renew: Option.some(Effect.fail(new LeaseLost({ reason: "expired" }))),
           },
         }, settlements)
-        const fiber = yield* Effect.fork(engine.handle(delivery))
+        const fiber = yield* Effect.forkChild(engine.handle(delivery))
         yield* waitUntil(() => ctx !== undefined, "the handler runs")
         yield* TestClock.adjust("19 seconds")
         expect(yield* isDone(fiber)).toBe(false)
@@ -1215,7 +1231,7 @@ describe("DeliveryEngine", () => {
         expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
       }))
 
-    it.scoped("a lease lost with its channel is fenced", () =>
+    it.effect("a lease lost with its channel is fenced", () =>
       Effect.gen(function* () {
         const entered: { ctx?: TaskContext } = {}
         const finalized = { value: false }
@@ -1225,11 +1241,11 @@ describe("DeliveryEngine", () => {
           inQueue: settings.inQueue,
           outQueue: settings.outQueue,
           capacity: 1,
-        }).pipe(Scope.extend(channel))
+        }).pipe(Scope.provide(channel))
         yield* broker.publish(settings.inQueue, envelope("t-closed", { text: "a" }))
         const taken = Option.getOrThrow(yield* consumer.take)
         const settlements: Array<string> = []
-        const fiber = yield* Effect.fork(engine.handle(recorded(taken, settlements)))
+        const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
         yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
         yield* Scope.close(channel, Exit.void)
         const decision = yield* Fiber.join(fiber)
@@ -1247,7 +1263,7 @@ describe("DeliveryEngine", () => {
   })
 
   describe("a handler's scope", () => {
-    const scopedWorker = (events: Array<string>, hold: Duration.DurationInput) =>
+    const scopedWorker = (events: Array<string>, hold: Duration.Input) =>
       Worker.make({
         name: "count-words",
         input: Text,
@@ -1258,10 +1274,10 @@ describe("DeliveryEngine", () => {
           Effect.acquireRelease(
             Effect.sync(() => events.push(`open ${ctx.taskId}`)),
             () => Effect.sync(() => events.push(`close ${ctx.taskId}`)),
-          ).pipe(Effect.zipRight(Effect.sleep(hold)), Effect.as({ words: 0 })),
+          ).pipe(Effect.andThen(Effect.sleep(hold)), Effect.as({ words: 0 })),
       })
 
-    it.scoped("is the task's: its resources are released when the task ends", () =>
+    it.effect("is the task's: its resources are released when the task ends", () =>
       Effect.gen(function* () {
         const events: Array<string> = []
         const harness = yield* WorkerHarness.make(scopedWorker(events, "1 millis"))
@@ -1271,13 +1287,13 @@ describe("DeliveryEngine", () => {
         expect(events).toEqual(["open a", "close a", "open b", "close b"])
       }))
 
-    it.scoped("is closed when the task times out, before the failure is published", () =>
+    it.effect("is closed when the task times out, before the failure is published", () =>
       Effect.gen(function* () {
         const events: Array<string> = []
         const harness = yield* WorkerHarness.make(scopedWorker(events, "1 minute"), {
           clock: "ambient",
         })
-        const fiber = yield* Effect.fork(harness.submit({ text: "x" }, { taskId: "slow" }))
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }, { taskId: "slow" }))
         yield* waitUntil(() => events.length === 1, "the handler runs")
         yield* TestClock.adjust("10 seconds")
         const run = yield* Fiber.join(fiber)
@@ -1287,7 +1303,7 @@ describe("DeliveryEngine", () => {
   })
 
   describe("the task context", () => {
-    it.scoped("taskId, attempt, deliveryLimit, clientId and inputRefs reach the handler", () =>
+    it.effect("taskId, attempt, deliveryLimit, clientId and inputRefs reach the handler", () =>
       Effect.gen(function* () {
         let seen: Omit<TaskContext, "signal" | "progress" | "logger"> | undefined
         const worker = define(async (_input, ctx) => {
@@ -1320,7 +1336,7 @@ describe("DeliveryEngine", () => {
         })
       }))
 
-    it.scoped("ctx.logger lines of an async handler carry task_id, attempt and service", () =>
+    it.effect("ctx.logger lines of an async handler carry task_id, attempt and service", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = define(async (_input, ctx) => {
@@ -1334,8 +1350,8 @@ describe("DeliveryEngine", () => {
           run.assertSucceeded()
           const own = logs.lines.filter((l) => l.message.includes("upstream"))
           expect(own.map((l) => [l.level, l.message])).toEqual([
-            ["INFO", "calling the upstream"],
-            ["WARN", "the upstream is slow"],
+            ["Info", "calling the upstream"],
+            ["Warn", "the upstream is slow"],
           ])
           for (const line of own) {
             expect(line.annotations).toMatchObject({
@@ -1348,7 +1364,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("without client_id or input_refs the handler sees undefined and []", () =>
+    it.effect("without client_id or input_refs the handler sees undefined and []", () =>
       Effect.gen(function* () {
         let seen: readonly [string | undefined, ReadonlyArray<string>] | undefined
         const worker = define((_input, ctx) =>
@@ -1362,7 +1378,7 @@ describe("DeliveryEngine", () => {
         expect(seen).toEqual([undefined, []])
       }))
 
-    it.scoped("a handler's log lines carry task_id, service and attempt", () =>
+    it.effect("a handler's log lines carry task_id, service and attempt", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = define(({ text }) =>
@@ -1382,17 +1398,17 @@ describe("DeliveryEngine", () => {
   })
 
   describe("misbehaving handlers", () => {
-    it.scoped("an invalid RetryableError delay is an ordinary retry: the computed backoff, and a warning", () =>
+    it.effect("an invalid RetryableError delay is an ordinary retry: the computed backoff, and a warning", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           for (const [i, delay] of (["nonsense", -1, Number.NaN, {}, [-1, 0]] as const).entries()) {
             const worker = define(() =>
-              Effect.fail(new RetryableError({ delay: delay as Duration.DurationInput }))
+              Effect.fail(new RetryableError({ delay: delay as Duration.Input }))
             )
             const { engine, take } = yield* makeEngine(worker)
             const settlements: Array<string> = []
             const delivery = recorded(yield* take(`t-delay-${i}`, { text: "x" }), settlements)
-            const fiber = yield* Effect.fork(engine.handle(delivery))
+            const fiber = yield* Effect.forkChild(engine.handle(delivery))
             // The base's backoff for attempt 1: between half and all of 1 s, not at once.
             yield* TestClock.adjust("499 millis")
             expect(settlements, `delay ${String(delay)}`).toEqual([])
@@ -1401,7 +1417,7 @@ describe("DeliveryEngine", () => {
             expect(settlements).toEqual(["requeue"])
           }
           const warnings = logs.lines.filter((l) =>
-            l.level === "WARN" && l.message.includes("delay is not a non-negative duration")
+            l.level === "Warn" && l.message.includes("delay is not a non-negative duration")
           )
           expect(warnings).toHaveLength(5)
         })
@@ -1416,7 +1432,7 @@ describe("DeliveryEngine", () => {
         for (const delay of ["nonsense", -1, Number.NaN, {}, "-5 seconds", null]) {
           const millis = yield* DeliveryEngine.backoff(settings, 2, delay).pipe(
             Effect.map(Duration.toMillis),
-            Effect.withRandom(Random.fixed([0])),
+            Effect.provideService(Random.Random, fixedRandom(0)),
           )
           expect(millis, String(delay)).toBe(1000)
         }
@@ -1424,7 +1440,7 @@ describe("DeliveryEngine", () => {
         expect(Duration.toMillis(yield* DeliveryEngine.backoff(settings, 2, Infinity))).toBe(60_000)
       }))
 
-    it.scoped("a delivery count that is not a count (negative, fractional) is the first attempt, with a warning", () =>
+    it.effect("a delivery count that is not a count (negative, fractional) is the first attempt, with a warning", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const { engine, take } = yield* makeEngine(counting)
@@ -1442,7 +1458,7 @@ describe("DeliveryEngine", () => {
             })
             expect(
               logs.lines.some((l) =>
-                l.level === "WARN" && l.annotations.task_id === taskId &&
+                l.level === "Warn" && l.annotations.task_id === taskId &&
                 l.message.includes("is not a count")
               ),
             ).toBe(true)
@@ -1450,7 +1466,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("an async handler that ignores its signal keeps its slot, and counts in flight, until it ends", () =>
+    it.effect("an async handler that ignores its signal keeps its slot, and counts in flight, until it ends", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let release = () => {}
@@ -1462,11 +1478,13 @@ describe("DeliveryEngine", () => {
             return { words: 1 }
           })
           const { engine, take } = yield* makeEngine(worker)
-          const first = yield* Effect.fork(
+          const first = yield* Effect.forkChild(
             engine.handle(yield* take("t-ignore", { text: "ignore" })),
           )
           yield* waitUntil(() => started.length === 1, "the first handler runs")
-          const second = yield* Effect.fork(engine.handle(yield* take("t-next", { text: "a" })))
+          const second = yield* Effect.forkChild(
+            engine.handle(yield* take("t-next", { text: "a" })),
+          )
           yield* TestClock.adjust("10 seconds")
           // Concluded at its time limit...
           expect(yield* Fiber.join(first)).toMatchObject({
@@ -1481,13 +1499,13 @@ describe("DeliveryEngine", () => {
             attempt: 1,
           })
           // ...but its handler still runs: it keeps the worker's one slot.
-          for (let i = 0; i < 50; i++) yield* Effect.yieldNow()
+          for (let i = 0; i < 50; i++) yield* Effect.yieldNow
           expect(started).toEqual(["t-ignore"])
           expect(yield* engine.inFlight).toBe(2)
           release()
           expect(yield* Fiber.join(second)).toMatchObject({ outcome: "success" })
           expect(started).toEqual(["t-ignore", "t-next"])
-          for (let i = 0; i < 100 && (yield* engine.inFlight) > 0; i++) yield* Effect.yieldNow()
+          for (let i = 0; i < 100 && (yield* engine.inFlight) > 0; i++) yield* Effect.yieldNow
           expect(yield* engine.inFlight).toBe(0)
         })
       ))
@@ -1508,7 +1526,7 @@ describe("DeliveryEngine", () => {
         run.assertFailed({ code: "TASK_TIMEOUT" })
       }).pipe(Effect.scoped))
 
-    it.scoped("a handler that interrupts itself concludes INTERNAL_ERROR, not a requeue", () =>
+    it.effect("a handler that interrupts itself concludes INTERNAL_ERROR, not a requeue", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const harness = yield* WorkerHarness.make(define(() => Effect.interrupt))
@@ -1525,7 +1543,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a value that cannot be read: thrown, INTERNAL_ERROR; returned, INVALID_OUTPUT unless it poses as a thenable", () =>
+    it.effect("a value that cannot be read: thrown, INTERNAL_ERROR; returned, INVALID_OUTPUT unless it poses as a thenable", () =>
       Effect.gen(function* () {
         const no = () => {
           throw new Error("no")
@@ -1569,7 +1587,7 @@ describe("DeliveryEngine", () => {
           const broker = yield* MemoryBroker.MemoryBroker
           const settings = yield* Settings.Settings
           yield* broker.refusePublishes(settings.outQueue, true)
-          yield* Worker.start(worker)
+          yield* Worker.consume(worker)
           const ids = Array.from({ length: 10 }, (_, i) => `t-${i}`)
           for (const id of ids) {
             yield* broker.publish(settings.inQueue, envelope(id, { text: "a b" })).pipe(
@@ -1603,8 +1621,50 @@ describe("DeliveryEngine", () => {
     })
   })
 
+  describe("Effect 4's waking at once", () => {
+    it.effect(
+      "a long row of tasks waiting for a pool's slot all settle: none runs inside the release of the one before",
+      () => {
+        // Effect 4 resumes a waiter inside the call that wakes it: a task run inside the release
+        // of the last, on a broker that settles at once, would nest thousands deep and overflow.
+        const tasks = 10_000
+        let runs = 0
+        const worker = Worker.make({
+          name: "count-words",
+          input: Text,
+          output: Words,
+          timeout: "10 seconds",
+          concurrency: Concurrency.pool({ capacity: 1 }),
+          handler: () => Effect.sync(() => (runs++, { words: 0 })),
+        })
+        return withLogs((logs) =>
+          Effect.gen(function* () {
+            const broker = yield* MemoryBroker.MemoryBroker
+            const settings = yield* Settings.Settings
+            for (let i = 0; i < tasks; i++) {
+              yield* broker.publish(settings.inQueue, envelope(`t-${i}`, { text: "a" })).pipe(
+                Effect.orDie,
+              )
+            }
+            const running = yield* Worker.consume(worker)
+            for (let i = 0; i < 100_000 && (runs < tasks || (yield* running.inFlight) > 0); i++) {
+              yield* Effect.yieldNow
+            }
+            expect(runs).toBe(tasks)
+            expect(logs.settled().filter((l) => l.annotations.outcome === "success")).toHaveLength(
+              tasks,
+            )
+            expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+            expect(yield* running.inFlight).toBe(0)
+          }).pipe(Effect.scoped, Effect.provide(memoryEnvironment(worker, { concurrency: tasks })))
+        )
+      },
+      30_000,
+    )
+  })
+
   describe("review findings", () => {
-    it.scoped("a lease lost while `started` awaits its confirm: the handler is never called", () =>
+    it.effect("a lease lost while `started` awaits its confirm: the handler is never called", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           let calls = 0
@@ -1618,12 +1678,12 @@ describe("DeliveryEngine", () => {
               // The confirm of `started` takes 3 s: the 1 s lease expires meanwhile.
               publish: (body, type) =>
                 type === "started"
-                  ? Effect.zipRight(Effect.sleep("3 seconds"), t.publish(body, type))
+                  ? Effect.andThen(Effect.sleep("3 seconds"), t.publish(body, type))
                   : t.publish(body, type),
             }),
           })
           const delivery = yield* take("t-lost-early", { text: "a" }, { leaseDuration: "1 second" })
-          const fiber = yield* Effect.fork(engine.handle(delivery))
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* TestClock.adjust("4 seconds")
           expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "cancelled" })
           expect(calls).toBe(0)
@@ -1636,7 +1696,7 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.scoped("a publish lost with its connection is retried after a pause, not at once", () =>
+    it.effect("a publish lost with its connection is retried after a pause, not at once", () =>
       Effect.gen(function* () {
         let attempts = 0
         let failures = 50
@@ -1652,7 +1712,7 @@ describe("DeliveryEngine", () => {
               }),
           }),
         })
-        const fiber = yield* Effect.fork(engine.handle(yield* take("t-closed", { text: "a" })))
+        const fiber = yield* Effect.forkChild(engine.handle(yield* take("t-closed", { text: "a" })))
         yield* TestClock.adjust("1 second")
         // 100 ms doubling, jittered: a handful of tries in the first second, not fifty.
         expect(attempts).toBeGreaterThan(1)

@@ -1,19 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
-import {
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  FiberStatus,
-  Layer,
-  Option,
-  Schema,
-  Scope,
-  TestClock,
-} from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
+import { TestClock } from "effect/testing"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Settings from "../src/Settings.ts"
+import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
@@ -42,7 +32,7 @@ const sleeper = (record: Seen) =>
         record.entered.push(ctx.taskId)
         record.signals.set(ctx.taskId, ctx.signal)
       }).pipe(
-        Effect.zipRight(Effect.sleep(Duration.seconds(seconds))),
+        Effect.andThen(Effect.sleep(Duration.seconds(seconds))),
         Effect.as({ slept: seconds }),
         Effect.onInterrupt(() => Effect.sync(() => record.interrupted.push(ctx.taskId))),
       ),
@@ -57,7 +47,24 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+  Effect.sync(() => fiber.pollUnsafe() !== undefined)
+
+/** The transport in context, saying when its intake has stopped. */
+const watchIntake = () => {
+  const watch = { stopped: false }
+  const layer = Layer.effect(
+    Transport,
+    Effect.map(Transport, (transport) => ({
+      ...transport,
+      stopIntake: Effect.andThen(
+        transport.stopIntake,
+        Effect.sync(() => void (watch.stopped = true)),
+      ),
+    })),
+  )
+  return { watch, layer }
+}
 
 const envelope = (taskId: string, seconds: number) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
@@ -86,11 +93,11 @@ describe("Drain", () => {
     const worker = sleeper(record)
     return Effect.gen(function* () {
       const q = yield* queues
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       yield* q.submit("t-1", 3)
       yield* q.submit("t-2", 8)
       yield* waitUntil(() => record.entered.length === 2, "both tasks run")
-      const draining = yield* Effect.fork(running.drain())
+      const draining = yield* Effect.forkChild(running.drain())
       yield* TestClock.adjust("7 seconds")
       expect(yield* isDone(draining)).toBe(false)
       yield* TestClock.adjust("1 second")
@@ -111,11 +118,11 @@ describe("Drain", () => {
     const logs = captureLogs()
     return Effect.gen(function* () {
       const q = yield* queues
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       yield* q.submit("t-fast", 2)
       yield* q.submit("t-slow", 60)
       yield* waitUntil(() => record.entered.length === 2, "both tasks run")
-      const draining = yield* Effect.fork(running.drain())
+      const draining = yield* Effect.forkChild(running.drain())
       yield* TestClock.adjust("9999 millis")
       expect(yield* isDone(draining)).toBe(false)
       expect(yield* q.published("t-fast")).toEqual(["started", "success"])
@@ -152,10 +159,10 @@ describe("Drain", () => {
     const worker = sleeper(record)
     return Effect.gen(function* () {
       const q = yield* queues
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       yield* q.submit("t-slow", 60)
       yield* waitUntil(() => record.entered.length === 1, "the task runs")
-      const draining = yield* Effect.fork(running.drain({ grace: "3 seconds" }))
+      const draining = yield* Effect.forkChild(running.drain({ grace: "3 seconds" }))
       yield* TestClock.adjust("2999 millis")
       expect(yield* isDone(draining)).toBe(false)
       yield* TestClock.adjust("1 millis")
@@ -169,11 +176,11 @@ describe("Drain", () => {
     const worker = sleeper(record)
     return Effect.gen(function* () {
       const q = yield* queues
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       yield* q.submit("t-slow", 60)
       yield* waitUntil(() => record.entered.length === 1, "the task runs")
       const second = yield* Deferred.make<void>()
-      const draining = yield* Effect.fork(running.drain({ skipGrace: Deferred.await(second) }))
+      const draining = yield* Effect.forkChild(running.drain({ skipGrace: Deferred.await(second) }))
       yield* TestClock.adjust("3 seconds")
       expect(yield* isDone(draining)).toBe(false)
       expect(record.interrupted).toEqual([])
@@ -189,16 +196,14 @@ describe("Drain", () => {
   it.effect("intake stops: a task published once the drain has begun is not consumed", () => {
     const record = newRecord()
     const worker = sleeper(record)
+    const intake = watchIntake()
     return Effect.gen(function* () {
       const q = yield* queues
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       yield* q.submit("t-early", 5)
       yield* waitUntil(() => record.entered.length === 1, "the task runs")
-      const draining = yield* Effect.fork(running.drain())
-      yield* waitUntil(
-        () => Effect.map(Fiber.status(draining), FiberStatus.isSuspended),
-        "the drain has begun",
-      )
+      const draining = yield* Effect.forkChild(running.drain())
+      yield* waitUntil(() => intake.watch.stopped, "the drain has begun")
       yield* q.submit("t-late", 1)
       yield* TestClock.adjust("5 seconds")
       expect(yield* Fiber.join(draining)).toEqual({ inFlightAtStart: 1, requeued: 0 })
@@ -209,13 +214,13 @@ describe("Drain", () => {
       expect(yield* q.unacked).toBe(0)
       // Intake has stopped for good: the worker has nothing left to await.
       yield* running.await
-    }).pipe(Effect.scoped, Effect.provide(environment(worker)))
+    }).pipe(Effect.scoped, Effect.provide(intake.layer), Effect.provide(environment(worker)))
   })
 
   it.effect("a drain with nothing in flight ends at once", () => {
     const worker = sleeper(newRecord())
     return Effect.gen(function* () {
-      const running = yield* Worker.start(worker)
+      const running = yield* Worker.consume(worker)
       expect(yield* running.drain()).toEqual({ inFlightAtStart: 0, requeued: 0 })
     }).pipe(Effect.scoped, Effect.provide(environment(worker)))
   })
@@ -228,7 +233,7 @@ describe("Drain", () => {
       const scope = yield* Scope.make()
       const context = yield* Layer.buildWithScope(environment(worker), scope)
       const q = yield* Effect.provide(queues, context)
-      yield* Worker.start(worker).pipe(Scope.extend(scope), Effect.provide(context))
+      yield* Worker.consume(worker).pipe(Scope.provide(scope), Effect.provide(context))
       yield* q.submit("t-slow", 60)
       yield* waitUntil(() => record.entered.length === 1, "the task runs")
       // No grace: the scope closes with no time passing.
@@ -249,17 +254,20 @@ describe("Drain", () => {
       const worker = sleeper(record)
       return Effect.gen(function* () {
         const q = yield* queues
-        const serving = yield* Effect.fork(Worker.serve(worker))
+        const serving = yield* Effect.forkChild(Worker.serve(worker))
         yield* q.submit("t-fast", 4)
         yield* waitUntil(() => record.entered.length === 1, "the task runs")
-        const stopping = yield* Effect.fork(Fiber.interrupt(serving))
+        // Effect 4's `Fiber.interrupt` gives no Exit: the one of the interrupted fiber is awaited.
+        const stopping = yield* Effect.forkChild(
+          Effect.andThen(Fiber.interrupt(serving), Fiber.await(serving)),
+        )
         yield* TestClock.adjust("3 seconds")
         // Not cut short: the task is still running, the stop still waiting for it.
         expect(record.interrupted).toEqual([])
         expect(yield* isDone(stopping)).toBe(false)
         yield* TestClock.adjust("1 second")
         const exit = yield* Fiber.join(stopping)
-        expect(Exit.isInterrupted(exit)).toBe(true)
+        expect(Exit.hasInterrupts(exit)).toBe(true)
         expect(record.interrupted).toEqual([])
         expect(yield* q.published("t-fast")).toEqual(["started", "success"])
         expect(yield* q.unacked).toBe(0)
@@ -273,11 +281,14 @@ describe("Drain", () => {
       const logs = captureLogs()
       return Effect.gen(function* () {
         const q = yield* queues
-        const serving = yield* Effect.fork(Worker.serve(worker))
+        const serving = yield* Effect.forkChild(Worker.serve(worker))
         yield* q.submit("t-fast", 4)
         yield* q.submit("t-slow", 60)
         yield* waitUntil(() => record.entered.length === 2, "both tasks run")
-        const stopping = yield* Effect.fork(Fiber.interrupt(serving))
+        // Effect 4's `Fiber.interrupt` gives no Exit: the one of the interrupted fiber is awaited.
+        const stopping = yield* Effect.forkChild(
+          Effect.andThen(Fiber.interrupt(serving), Fiber.await(serving)),
+        )
         yield* TestClock.adjust("4 seconds")
         yield* waitUntil(
           () => Effect.map(q.published("t-fast"), (types) => types.includes("success")),
@@ -291,7 +302,7 @@ describe("Drain", () => {
 
         yield* TestClock.adjust("1 millis")
         const exit = yield* Fiber.join(stopping)
-        expect(Exit.isInterrupted(exit)).toBe(true)
+        expect(Exit.hasInterrupts(exit)).toBe(true)
         expect(record.interrupted).toEqual(["t-slow"])
         expect(yield* q.published("t-fast")).toEqual(["started", "success"])
         expect(yield* q.published("t-slow")).toEqual(["started"])
@@ -313,7 +324,7 @@ describe("Drain", () => {
         yield* q.submit("t-fast", 2)
         yield* q.submit("t-slow", 60)
         yield* waitUntil(() => record.entered.length === 2, "both tasks run")
-        const releasing = yield* Effect.fork(Scope.close(scope, Exit.void))
+        const releasing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
         yield* TestClock.adjust("9999 millis")
         expect(yield* isDone(releasing)).toBe(false)
         expect(yield* q.published("t-fast")).toEqual(["started", "success"])

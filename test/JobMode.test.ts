@@ -1,16 +1,18 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Fiber, Option, Ref, SubscriptionRef, TestClock } from "effect"
+import { Duration, Effect, Exit, Fiber, Option, Ref, SubscriptionRef } from "effect"
+import { TestClock } from "effect/testing"
 import * as JobMode from "../src/JobMode.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { ConnectionStatus } from "../src/Transport.ts"
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+  Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
 const decoder = new TextDecoder()
 
 describe("JobMode", () => {
   describe("limitIntake", () => {
-    it.scoped("stops intake once WORKER_JOB_MAX_TASKS deliveries have arrived", () =>
+    it.effect("stops intake once WORKER_JOB_MAX_TASKS deliveries have arrived", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 5 })
@@ -36,7 +38,7 @@ describe("JobMode", () => {
         expect(yield* broker.ready("in")).toBe(2)
       }))
 
-    it.scoped("never raises the prefetch above 1, whatever the concurrency becomes", () =>
+    it.effect("never raises the prefetch above 1, whatever the concurrency becomes", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 1 })
@@ -54,7 +56,7 @@ describe("JobMode", () => {
         expect(yield* broker.unacked("in")).toBe(1)
       }))
 
-    it.scoped("passes the end of intake through without counting it", () =>
+    it.effect("passes the end of intake through without counting it", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 1 })
@@ -68,7 +70,7 @@ describe("JobMode", () => {
     it.effect("completes after the timeout with nothing in hand, while connected", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
-        const idle = yield* Effect.fork(
+        const idle = yield* Effect.forkChild(
           JobMode.awaitIdle(Effect.succeed(0), status, Duration.seconds(10)),
         )
         yield* TestClock.adjust("9999 millis")
@@ -81,7 +83,7 @@ describe("JobMode", () => {
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
         const inFlight = yield* Ref.make(1)
-        const idle = yield* Effect.fork(
+        const idle = yield* Effect.forkChild(
           JobMode.awaitIdle(Ref.get(inFlight), status, Duration.seconds(10)),
         )
         // The task ends between two polls (they are 250 ms apart).
@@ -97,7 +99,7 @@ describe("JobMode", () => {
     it.effect("a task in hand is not idleness, however long it runs", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
-        const idle = yield* Effect.fork(
+        const idle = yield* Effect.forkChild(
           JobMode.awaitIdle(Effect.succeed(1), status, Duration.seconds(10)),
         )
         yield* TestClock.adjust("30 seconds")
@@ -108,7 +110,7 @@ describe("JobMode", () => {
     it.effect("a broker out of reach is not idleness", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("disconnected")
-        const idle = yield* Effect.fork(
+        const idle = yield* Effect.forkChild(
           JobMode.awaitIdle(Effect.succeed(0), status, Duration.seconds(10)),
         )
         yield* TestClock.adjust("20 seconds")
@@ -123,9 +125,12 @@ describe("JobMode", () => {
     it.effect("fails once the broker has been out of reach for the timeout", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
-        const watch = yield* Effect.fork(
+        const watch = yield* Effect.forkChild(
           JobMode.failWhenUnreachable(status, Duration.seconds(30)),
         )
+        // Effect 4's TestClock waits one scheduler turn for sleeps: the watch's stream starts
+        // and reaches its sleep a turn after the fork.
+        yield* Effect.yieldNow
         yield* TestClock.adjust("29999 millis")
         expect(yield* isDone(watch)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -137,9 +142,10 @@ describe("JobMode", () => {
     it.effect("a connection resets the timeout; a loss starts it again", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
-        const watch = yield* Effect.fork(
+        const watch = yield* Effect.forkChild(
           JobMode.failWhenUnreachable(status, Duration.seconds(10)),
         )
+        yield* Effect.yieldNow
         yield* TestClock.adjust("9 seconds")
         yield* SubscriptionRef.set(status, "connected")
         yield* TestClock.adjust("1 hour")
@@ -154,7 +160,7 @@ describe("JobMode", () => {
     it.effect("never fails while connected", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
-        const watch = yield* Effect.fork(
+        const watch = yield* Effect.forkChild(
           JobMode.failWhenUnreachable(status, Duration.seconds(10)),
         )
         yield* TestClock.adjust("1 day")

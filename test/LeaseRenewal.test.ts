@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, Deferred, Duration, Effect, Fiber, Option, TestClock } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, Option } from "effect"
+import { TestClock } from "effect/testing"
 import * as LeaseRenewal from "../src/LeaseRenewal.ts"
 import type { Lease } from "../src/Transport.ts"
 import { LeaseLost } from "../src/WorkerError.ts"
@@ -9,7 +10,7 @@ import { LeaseLost } from "../src/WorkerError.ts"
  * `lost` fires when the test completes the Deferred.
  */
 const makeLease = (options: {
-  readonly duration?: Duration.DurationInput | undefined
+  readonly duration?: Duration.Input | undefined
   readonly renewable?: boolean | undefined
 } = {}) =>
   Effect.gen(function* () {
@@ -24,14 +25,14 @@ const makeLease = (options: {
     const lease: Lease = {
       duration: options.duration === undefined
         ? Option.none()
-        : Option.some(Duration.decode(options.duration)),
+        : Option.some(Duration.fromInputUnsafe(options.duration)),
       renew: options.renewable === false ? Option.none() : Option.some(renew),
       lost: Deferred.await(lost),
       onLost: (listener) => {
         const watcher = Effect.runFork(Effect.map(Deferred.await(lost), listener))
-        return () => watcher.unsafeInterruptAsFork(watcher.id())
+        return () => watcher.interruptUnsafe(watcher.id)
       },
-      isLost: () => Effect.runSync(Deferred.isDone(lost)),
+      isLost: () => Deferred.isDoneUnsafe(lost),
     }
     return {
       lease,
@@ -54,7 +55,7 @@ describe("LeaseRenewal", () => {
   it.effect("renews when a third of the duration remains: at 20 s, 40 s, 60 s", () =>
     Effect.gen(function* () {
       const { lease, renewedAt } = yield* makeLease({ duration: "30 seconds" })
-      const fiber = yield* Effect.fork(keep(lease))
+      const fiber = yield* Effect.forkChild(keep(lease))
       yield* TestClock.adjust("19900 millis")
       expect(renewedAt).toEqual([])
       yield* TestClock.adjust("100 millis")
@@ -65,7 +66,7 @@ describe("LeaseRenewal", () => {
       expect(renewedAt).toEqual([20_000, 40_000])
       yield* TestClock.adjust("20 seconds")
       expect(renewedAt).toEqual([20_000, 40_000, 60_000])
-      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      expect(fiber.pollUnsafe() === undefined).toBe(true)
       yield* Fiber.interrupt(fiber)
     }))
 
@@ -73,7 +74,7 @@ describe("LeaseRenewal", () => {
     Effect.gen(function* () {
       const { lease, renewedAt } = yield* makeLease({ duration: "3 seconds" })
       const renewal = yield* LeaseRenewal.LeaseRenewal
-      const fiber = yield* Effect.fork(renewal.keep(lease))
+      const fiber = yield* Effect.forkChild(renewal.keep(lease))
       yield* TestClock.adjust("4 seconds")
       expect(renewedAt).toEqual([2_000, 4_000])
       yield* Fiber.interrupt(fiber)
@@ -89,9 +90,9 @@ describe("LeaseRenewal", () => {
       it.effect(name, () =>
         Effect.gen(function* () {
           const { lease, lost, renewedAt } = yield* makeLease({ duration, renewable })
-          const fiber = yield* Effect.fork(keep(lease))
+          const fiber = yield* Effect.forkChild(keep(lease))
           yield* TestClock.adjust("1 hour")
-          expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+          expect(fiber.pollUnsafe() === undefined).toBe(true)
           expect(renewedAt).toEqual([])
           const why = new LeaseLost({ reason: "channel_closed" })
           yield* Deferred.succeed(lost, why)
@@ -103,9 +104,9 @@ describe("LeaseRenewal", () => {
   it.effect("completes with the LeaseLost when the lease is lost, and stops renewing", () =>
     Effect.gen(function* () {
       const { lease, lost, renewedAt } = yield* makeLease({ duration: "30 seconds" })
-      const fiber = yield* Effect.fork(keep(lease))
+      const fiber = yield* Effect.forkChild(keep(lease))
       yield* TestClock.adjust("25 seconds")
-      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      expect(fiber.pollUnsafe() === undefined).toBe(true)
       const why = new LeaseLost({ reason: "expired" })
       yield* Deferred.succeed(lost, why)
       expect(yield* Fiber.join(fiber)).toBe(why)
@@ -116,12 +117,12 @@ describe("LeaseRenewal", () => {
   it.effect("completes with the LeaseLost of a refused renewal", () =>
     Effect.gen(function* () {
       const { lease, refuseNext, renewedAt } = yield* makeLease({ duration: "30 seconds" })
-      const fiber = yield* Effect.fork(keep(lease))
+      const fiber = yield* Effect.forkChild(keep(lease))
       yield* TestClock.adjust("20 seconds")
       const refusal = new LeaseLost({ reason: "stale" })
       refuseNext(refusal)
       yield* TestClock.adjust("19 seconds")
-      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      expect(fiber.pollUnsafe() === undefined).toBe(true)
       yield* TestClock.adjust("1 second")
       expect(renewedAt).toEqual([20_000, 40_000])
       expect(yield* Fiber.join(fiber)).toBe(refusal)
@@ -132,7 +133,7 @@ describe("LeaseRenewal", () => {
   it.effect("stops renewing once interrupted", () =>
     Effect.gen(function* () {
       const { lease, renewedAt } = yield* makeLease({ duration: "30 seconds" })
-      const fiber = yield* Effect.fork(keep(lease))
+      const fiber = yield* Effect.forkChild(keep(lease))
       yield* TestClock.adjust("20 seconds")
       expect(renewedAt).toEqual([20_000])
       yield* Fiber.interrupt(fiber)

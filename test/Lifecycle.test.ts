@@ -6,14 +6,16 @@ import {
   Deferred,
   Duration,
   Effect,
+  Exit,
   Fiber,
   Layer,
   Option,
   Schema,
+  Scope,
   Stream,
   SubscriptionRef,
-  TestClock,
 } from "effect"
+import { TestClock } from "effect/testing"
 import * as Lifecycle from "../src/Lifecycle.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Process from "../src/Process.ts"
@@ -23,7 +25,7 @@ import { type ConnectionStatus, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, ProbeError, RetryableError, TransportError } from "../src/WorkerError.ts"
 import { publishedTypes } from "./support/environment.ts"
-import { captureLogs, waitUntil } from "./support/logs.ts"
+import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -61,7 +63,7 @@ const sleeper = (
         seen.entered.push(ctx.taskId)
         seen.events.push(`handler ${ctx.taskId}`)
       }).pipe(
-        Effect.zipRight(Effect.sleep(Duration.seconds(seconds))),
+        Effect.andThen(Effect.sleep(Duration.seconds(seconds))),
         Effect.as({ slept: seconds }),
         Effect.onInterrupt(() => Effect.sync(() => seen.interrupted.push(ctx.taskId))),
       ),
@@ -80,7 +82,7 @@ const neverUntilTheEnd = Effect.acquireRelease(
 /** A worker whose handler never ends and refuses to be interrupted; `entered` lists its tasks. */
 const refusing = (
   name: string,
-  timeout: Duration.DurationInput,
+  timeout: Duration.Input,
   never: Deferred.Deferred<void>,
 ) => {
   const entered: Array<string> = []
@@ -92,7 +94,7 @@ const refusing = (
     handler: (_, ctx) =>
       Effect.uninterruptible(
         Effect.sync(() => entered.push(ctx.taskId)).pipe(
-          Effect.zipRight(Deferred.await(never)),
+          Effect.andThen(Deferred.await(never)),
           Effect.as({ slept: 0 }),
         ),
       ),
@@ -103,10 +105,10 @@ const refusing = (
 /** A transport on `broker` whose connection never closes (its scope's close waits on `never`). */
 const neverClosing = (
   never: Deferred.Deferred<void>,
-  change: (inner: Transport["Type"]) => Transport["Type"] = (inner) => inner,
+  change: (inner: Transport["Service"]) => Transport["Service"] = (inner) => inner,
 ) =>
-(broker: MemoryBroker.MemoryBroker["Type"]) =>
-  Layer.scoped(
+(broker: MemoryBroker.MemoryBroker["Service"]) =>
+  Layer.effect(
     Transport,
     Effect.gen(function* () {
       const s = yield* Settings.Settings
@@ -120,34 +122,53 @@ const neverClosing = (
     }),
   )
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) => Effect.map(Fiber.poll(fiber), Option.isSome)
+const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
+  Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
 const envelope = (taskId: string, seconds: number) =>
   JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
 
-/** The environment the settings are read from: only these variables. */
-/** Each run's probe server listens on an ephemeral port of the loopback. */
+/**
+ * The environment the settings are read from: only these variables. Each run's probe server
+ * listens on an ephemeral port of the loopback.
+ */
 const environment = (vars: Record<string, string> = {}) =>
-  ConfigProvider.fromMap(
-    new Map(Object.entries({ HEALTH_CHECK_HOST: "127.0.0.1", HEALTH_CHECK_PORT: "0", ...vars })),
+  Effect.provideService(
+    ConfigProvider.ConfigProvider,
+    ConfigProvider.fromEnv({
+      env: { HEALTH_CHECK_HOST: "127.0.0.1", HEALTH_CHECK_PORT: "0", ...vars },
+    }),
   )
 
 /** A transport on `broker`, configured by the worker's settings, as `options.transport`. */
 const memoryTransport = (
-  broker: MemoryBroker.MemoryBroker["Type"],
+  broker: MemoryBroker.MemoryBroker["Service"],
 ): Layer.Layer<Transport, never, Settings.Settings> =>
-  Layer.scoped(
+  Layer.effect(
     Transport,
     Effect.flatMap(Settings.Settings, (s) =>
       broker.transport({ inQueue: s.inQueue, outQueue: s.outQueue, capacity: s.concurrency })),
   )
+
+/**
+ * Lets the process act on what the test just did until it waits again. Effect 4's
+ * `TestClock.adjust` looks for sleeps one scheduler turn after it is called, where Effect 3's
+ * waited for every fiber of the test to suspend: a shutdown's timers (the grace, the hooks'
+ * budget) are set a few turns after its signal.
+ */
+const settle = Effect.gen(function* () {
+  for (let i = 0; i < 5; i++) {
+    yield* Effect.yieldNow
+    yield* nextTurn
+  }
+})
 
 interface LaunchOptions {
   readonly settings?: Settings.SettingsOverrides
   readonly env?: Record<string, string>
   /** The transport; by default one on the test's MemoryBroker. */
   readonly transport?: (
-    broker: MemoryBroker.MemoryBroker["Type"],
+    broker: MemoryBroker.MemoryBroker["Service"],
   ) => Layer.Layer<Transport, TransportError, Settings.Settings>
   readonly stdinLines?: Stream.Stream<string>
 }
@@ -170,9 +191,9 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
       transport: (options.transport ?? memoryTransport)(broker),
     }).pipe(
       Effect.provideService(Process.Process, proc.process),
-      Effect.withConfigProvider(environment(options.env)),
+      environment(options.env),
       Effect.provide(logs.layer),
-      Effect.fork,
+      Effect.forkChild,
     )
     const submit = (taskId: string, seconds: number) =>
       broker.publish(inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
@@ -182,9 +203,12 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
       () => logs.lines.some((l) => l.message.includes("started in")),
       "the worker has started",
     )
+    /** Sends a stop signal (SIGTERM by default), and lets the process take it. */
+    const signal = (sent?: Process.Signal) => Effect.andThen(proc.signal(sent), settle)
     return {
       broker,
       proc,
+      signal,
       logs,
       run,
       submit,
@@ -202,8 +226,8 @@ const errors = (logs: ReturnType<typeof captureLogs>) =>
 
 describe("Lifecycle", () => {
   it("shutdownBound is max(grace, 5 s) + 17 s", () => {
-    const bound = (grace: Duration.DurationInput) =>
-      Duration.toMillis(Lifecycle.shutdownBound(Duration.decode(grace)))
+    const bound = (grace: Duration.Input) =>
+      Duration.toMillis(Lifecycle.shutdownBound(Duration.fromInputUnsafe(grace)))
     expect(bound("25 seconds")).toBe(42_000)
     expect(bound("10 seconds")).toBe(27_000)
     expect(bound("5 seconds")).toBe(22_000)
@@ -222,7 +246,7 @@ describe("Lifecycle", () => {
         return { status: response.status, body: await response.json() }
       })
 
-    it.scoped("a probe port already taken: exit 2, with one line naming the settings", () =>
+    it.effect("a probe port already taken: exit 2, with one line naming the settings", () =>
       Effect.gen(function* () {
         const taken = yield* Effect.acquireRelease(
           Effect.promise(() =>
@@ -242,7 +266,7 @@ describe("Lifecycle", () => {
         expect(err[0]).toContain("HEALTH_CHECK_PORT")
       }))
 
-    it.scoped("/health fails with TASK_OVERRUN once a handler runs the overrun grace past its deadline", () =>
+    it.effect("/health fails with TASK_OVERRUN once a handler runs the overrun grace past its deadline", () =>
       Effect.gen(function* () {
         const never = yield* neverUntilTheEnd
         const { entered, worker: stuck } = refusing("stuck", "10 seconds", never)
@@ -260,7 +284,7 @@ describe("Lifecycle", () => {
         expect(health.body.error.message).toContain("t-stuck")
       }))
 
-    it.scoped("/ready lists the worker's own probes beside broker and draining, and fails while draining", () =>
+    it.effect("/ready lists the worker's own probes beside broker and draining, and fails while draining", () =>
       Effect.gen(function* () {
         let databaseUp = true
         const seen = newSeen()
@@ -297,7 +321,7 @@ describe("Lifecycle", () => {
         databaseUp = true
         yield* w.submit("t-long", 5)
         yield* waitUntil(() => seen.entered.includes("t-long"), "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* waitUntil(
           () => w.logs.lines.some((l) => l.message.includes("received: shutting down")),
           "the drain begins",
@@ -312,7 +336,7 @@ describe("Lifecycle", () => {
   })
 
   describe("settings", () => {
-    it.scoped("invalid settings: exit 2 and one line on stderr listing every problem", () =>
+    it.effect("invalid settings: exit 2 and one line on stderr listing every problem", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()), {
           env: {
@@ -346,7 +370,7 @@ describe("Lifecycle", () => {
         const proc = yield* Process.makeTest()
         const code = yield* Lifecycle.run(sleeper(newSeen())).pipe(
           Effect.provideService(Process.Process, proc.process),
-          Effect.withConfigProvider(environment({})),
+          environment({}),
         )
         expect(code).toBe(2)
         const err = yield* proc.err
@@ -355,7 +379,7 @@ describe("Lifecycle", () => {
         expect(err[0]).not.toContain("\n")
       }).pipe(Effect.scoped))
 
-    it.scoped("job mode runs one task at a time, whatever the concurrency", () =>
+    it.effect("job mode runs one task at a time, whatever the concurrency", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const w = yield* launch(sleeper(seen), {
@@ -376,33 +400,33 @@ describe("Lifecycle", () => {
   })
 
   describe("SIGTERM", () => {
-    it.scoped("with nothing in flight: exit 0 at once", () =>
+    it.effect("with nothing in flight: exit 0 at once", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()))
         yield* w.started
-        yield* w.proc.signal("SIGTERM")
+        yield* w.signal("SIGTERM")
         expect(yield* Fiber.join(w.run)).toBe(0)
         expect(w.logs.lines.some((l) => l.message === "SIGTERM received: shutting down")).toBe(
           true,
         )
       }))
 
-    it.scoped("SIGINT stops the worker the same way", () =>
+    it.effect("SIGINT stops the worker the same way", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()))
         yield* w.started
-        yield* w.proc.signal("SIGINT")
+        yield* w.signal("SIGINT")
         expect(yield* Fiber.join(w.run)).toBe(0)
       }))
 
-    it.scoped("a task that finishes within the grace: its success published, acked, exit 0", () =>
+    it.effect("a task that finishes within the grace: its success published, acked, exit 0", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const w = yield* launch(sleeper(seen))
         yield* w.started
         yield* w.submit("t-1", 4)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("3999 millis")
         expect(yield* isDone(w.run)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -414,14 +438,14 @@ describe("Lifecycle", () => {
         expect(w.logs.settled("t-1").map((l) => l.annotations.outcome)).toEqual(["success"])
       }))
 
-    it.scoped("a task that does not finish within the grace is requeued, exit 0", () =>
+    it.effect("a task that does not finish within the grace is requeued, exit 0", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const w = yield* launch(sleeper(seen))
         yield* w.started
         yield* w.submit("t-slow", 60)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("9999 millis")
         expect(yield* isDone(w.run)).toBe(false)
         expect(seen.interrupted).toEqual([])
@@ -437,17 +461,17 @@ describe("Lifecycle", () => {
         expect(yield* w.unacked).toBe(0)
       }))
 
-    it.scoped("a second signal skips the rest of the grace", () =>
+    it.effect("a second signal skips the rest of the grace", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const w = yield* launch(sleeper(seen))
         yield* w.started
         yield* w.submit("t-slow", 60)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal("SIGTERM")
+        yield* w.signal("SIGTERM")
         yield* TestClock.adjust("3 seconds")
         expect(yield* isDone(w.run)).toBe(false)
-        yield* w.proc.signal("SIGINT")
+        yield* w.signal("SIGINT")
         // No more time passes: the second signal alone ends the grace.
         expect(yield* Fiber.join(w.run)).toBe(0)
         expect(seen.interrupted).toEqual(["t-slow"])
@@ -461,7 +485,7 @@ describe("Lifecycle", () => {
   })
 
   describe("the shutdown bound", () => {
-    it.scoped(
+    it.effect(
       "a handler that refuses to be interrupted and a transport that never closes: exit 1 at the bound, not before",
       () =>
         Effect.gen(function* () {
@@ -477,7 +501,7 @@ describe("Lifecycle", () => {
           yield* w.started
           yield* w.submit("t-stuck", 1)
           yield* waitUntil(() => entered.length === 1, "the task runs")
-          yield* w.proc.signal()
+          yield* w.signal()
           // grace 10 s: the bound is 27 s after the signal.
           yield* TestClock.adjust("26999 millis")
           expect(yield* isDone(w.run)).toBe(false)
@@ -487,7 +511,7 @@ describe("Lifecycle", () => {
         }),
     )
 
-    it.scoped("a connection that never closes: the hooks have run, exit 1 at the bound", () =>
+    it.effect("a connection that never closes: the hooks have run, exit 1 at the bound", () =>
       Effect.gen(function* () {
         const never = yield* neverUntilTheEnd
         const seen = newSeen()
@@ -498,7 +522,7 @@ describe("Lifecycle", () => {
         yield* w.started
         yield* w.submit("t-1", 1)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("1 second")
         yield* waitUntil(() => seen.events.includes("shutdown"), "the shutdown hook runs")
         expect(yield* w.published("t-1")).toEqual(["started", "success"])
@@ -509,7 +533,7 @@ describe("Lifecycle", () => {
         expect(yield* Fiber.join(w.run)).toBe(1)
       }))
 
-    it.scoped("a handler that refuses to be interrupted, alone: exit 1 at the bound", () =>
+    it.effect("a handler that refuses to be interrupted, alone: exit 1 at the bound", () =>
       Effect.gen(function* () {
         const never = yield* neverUntilTheEnd
         const { entered, worker: stubborn } = refusing("stubborn", "5 minutes", never)
@@ -517,7 +541,7 @@ describe("Lifecycle", () => {
         yield* w.started
         yield* w.submit("t-stuck", 1)
         yield* waitUntil(() => entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("46999 millis")
         expect(yield* isDone(w.run)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -537,7 +561,7 @@ describe("Lifecycle", () => {
           }),
       })
 
-    it.scoped(
+    it.effect(
       "an async handler that ignores its AbortSignal: an ERROR line names its task, exit 1 at the bound",
       () =>
         Effect.gen(function* () {
@@ -547,7 +571,7 @@ describe("Lifecycle", () => {
           yield* w.started
           yield* w.submit("t-deaf", 1)
           yield* waitUntil(() => release.resolve !== undefined, "the handler runs")
-          yield* w.proc.signal()
+          yield* w.signal()
           yield* TestClock.adjust("10 seconds")
           // The grace is over: the task is requeued, but its Promise is still pending.
           yield* waitUntil(
@@ -570,14 +594,14 @@ describe("Lifecycle", () => {
         }),
     )
 
-    it.scoped("an async handler that settles late, but before the bound: exit 0", () =>
+    it.effect("an async handler that settles late, but before the bound: exit 0", () =>
       Effect.gen(function* () {
         const release: { resolve?: () => void } = {}
         const w = yield* launch(ignoring(release))
         yield* w.started
         yield* w.submit("t-late", 1)
         yield* waitUntil(() => release.resolve !== undefined, "the handler runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("20 seconds")
         yield* waitUntil(
           () => w.logs.lines.some((l) => l.level === "ERROR" && l.message.includes("t-late")),
@@ -598,7 +622,7 @@ describe("Lifecycle", () => {
         Effect.fail(new TransportError({ reason, message: `The broker said no (${reason}).` })),
       )
 
-    it.scoped("refused credentials or a conflicting queue: exit 2, no restart mends it", () =>
+    it.effect("refused credentials or a conflicting queue: exit 2, no restart mends it", () =>
       Effect.gen(function* () {
         for (const reason of ["access_refused", "precondition_failed"] as const) {
           const w = yield* launch(sleeper(newSeen()), { transport: failing(reason) })
@@ -606,13 +630,13 @@ describe("Lifecycle", () => {
         }
       }))
 
-    it.scoped("any other failure to start consuming: exit 1", () =>
+    it.effect("any other failure to start consuming: exit 1", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()), { transport: failing("consume") })
         expect(yield* Fiber.join(w.run)).toBe(1)
       }))
 
-    it.scoped("a transport that dies while the worker runs: still a shutdown, exit 1", () =>
+    it.effect("a transport that dies while the worker runs: still a shutdown, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const broken = yield* Deferred.make<void>()
@@ -622,7 +646,7 @@ describe("Lifecycle", () => {
             Layer.succeed(
               Transport,
               Transport.of({
-                take: Effect.zipRight(Deferred.await(broken), Effect.dieMessage("a bug")),
+                take: Effect.andThen(Deferred.await(broken), Effect.die(new Error("a bug"))),
                 publish: () => Effect.void,
                 setCapacity: () => Effect.void,
                 stopIntake: Effect.void,
@@ -636,12 +660,12 @@ describe("Lifecycle", () => {
         expect(seen.events).toEqual(["shutdown"])
       }))
 
-    it.scoped("a transport that fails while the worker runs: exit 1", () =>
+    it.effect("a transport that fails while the worker runs: exit 1", () =>
       Effect.gen(function* () {
         const broken = yield* Deferred.make<void>()
         const w = yield* launch(sleeper(newSeen()), {
           transport: (broker) =>
-            Layer.scoped(
+            Layer.effect(
               Transport,
               Effect.gen(function* () {
                 const s = yield* Settings.Settings
@@ -652,7 +676,7 @@ describe("Lifecycle", () => {
                 })
                 return Transport.of({
                   ...inner,
-                  take: Effect.zipRight(
+                  take: Effect.andThen(
                     Deferred.await(broken),
                     Effect.fail(new TransportError({ reason: "closed", message: "Gone." })),
                   ),
@@ -667,14 +691,14 @@ describe("Lifecycle", () => {
   })
 
   describe("startup hooks", () => {
-    it.scoped("run in order before the first delivery is taken", () =>
+    it.effect("run in order before the first delivery is taken", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const gate = yield* Deferred.make<void>()
         const worker = sleeper(seen, {
           onStartup: [
             Effect.sync(() => seen.events.push("startup 1")).pipe(
-              Effect.zipRight(Deferred.await(gate)),
+              Effect.andThen(Deferred.await(gate)),
             ),
             async () => {
               await Promise.resolve()
@@ -692,11 +716,11 @@ describe("Lifecycle", () => {
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
         expect(seen.events).toEqual(["startup 1", "startup 2", "handler t-1"])
         yield* TestClock.adjust("1 second")
-        yield* w.proc.signal()
+        yield* w.signal()
         expect(yield* Fiber.join(w.run)).toBe(0)
       }))
 
-    it.scoped("a failing startup hook: exit 1, the later hooks and the worker never run", () =>
+    it.effect("a failing startup hook: exit 1, the later hooks and the worker never run", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const worker = sleeper(seen, {
@@ -716,7 +740,7 @@ describe("Lifecycle", () => {
         expect(errors(w.logs)).toEqual(["A startup hook failed: Error: the database is down"])
       }))
 
-    it.scoped("an Effect startup hook that fails: exit 1", () =>
+    it.effect("an Effect startup hook that fails: exit 1", () =>
       Effect.gen(function* () {
         const worker = sleeper(newSeen(), {
           onStartup: Effect.fail(new FatalError({ code: "NO_MODEL", message: "No model." })),
@@ -725,7 +749,7 @@ describe("Lifecycle", () => {
         expect(yield* Fiber.join(w.run)).toBe(1)
       }))
 
-    it.scoped("a startup hook that dies (throws inside an Effect): exit 1", () =>
+    it.effect("a startup hook that dies (throws inside an Effect): exit 1", () =>
       Effect.gen(function* () {
         const worker = sleeper(newSeen(), {
           onStartup: Effect.sync(() => {
@@ -737,7 +761,7 @@ describe("Lifecycle", () => {
         expect(errors(w.logs)).toEqual(["A startup hook failed: Error: a bug"])
       }))
 
-    it.scoped(
+    it.effect(
       "a signal during startup interrupts the hook (its AbortSignal fires), skips the shutdown hooks, exit 0",
       () =>
         Effect.gen(function* () {
@@ -756,7 +780,7 @@ describe("Lifecycle", () => {
           yield* w.submit("t-1", 1)
           yield* waitUntil(() => hookSignal !== undefined, "the startup hook runs")
           expect(hookSignal!.aborted).toBe(false)
-          yield* w.proc.signal()
+          yield* w.signal()
           expect(yield* Fiber.join(w.run)).toBe(0)
           expect(hookSignal!.aborted).toBe(true)
           expect(seen.events).toEqual([])
@@ -765,30 +789,30 @@ describe("Lifecycle", () => {
         }),
     )
 
-    it.scoped("a signal during an Effect startup hook interrupts it", () =>
+    it.effect("a signal during an Effect startup hook interrupts it", () =>
       Effect.gen(function* () {
         let started = false
         let interrupted = false
         const worker = sleeper(newSeen(), {
           onStartup: Effect.sync(() => (started = true)).pipe(
-            Effect.zipRight(Effect.never),
+            Effect.andThen(Effect.never),
             Effect.onInterrupt(() => Effect.sync(() => (interrupted = true))),
           ),
         })
         const w = yield* launch(worker)
         yield* waitUntil(() => started, "the startup hook runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         expect(yield* Fiber.join(w.run)).toBe(0)
         expect(interrupted).toBe(true)
       }))
   })
 
   describe("shutdown hooks", () => {
-    it.scoped("run after the drain, in order, exit 0", () =>
+    it.effect("run after the drain, in order, exit 0", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const outcomes: Array<ReadonlyArray<string>> = []
-        const launched: { w?: Effect.Effect.Success<ReturnType<typeof launch>> } = {}
+        const launched: { w?: Effect.Success<ReturnType<typeof launch>> } = {}
         const worker = sleeper(seen, {
           onShutdown: [
             Effect.gen(function* () {
@@ -806,7 +830,7 @@ describe("Lifecycle", () => {
         yield* w.started
         yield* w.submit("t-1", 3)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* waitUntil(
           () => w.logs.lines.some((l) => l.message.includes("SIGTERM")),
           "the signal is received",
@@ -819,7 +843,7 @@ describe("Lifecycle", () => {
         expect(outcomes).toEqual([["started", "success"]])
       }))
 
-    it.scoped("share one budget: a slow hook is cut when it is spent, the next still runs, exit 1", () =>
+    it.effect("share one budget: a slow hook is cut when it is spent, the next still runs, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const at = (what: string) =>
@@ -830,11 +854,11 @@ describe("Lifecycle", () => {
         const worker = sleeper(seen, {
           onShutdown: [
             at("1 starts").pipe(
-              Effect.zipRight(Effect.sleep("3 seconds")),
-              Effect.zipRight(at("1 ends")),
+              Effect.andThen(Effect.sleep("3 seconds")),
+              Effect.andThen(at("1 ends")),
             ),
             at("2 starts").pipe(
-              Effect.zipRight(Effect.sleep("1 hour")),
+              Effect.andThen(Effect.sleep("1 hour")),
               Effect.onInterrupt(() => at("2 is cut")),
             ),
             at("3 starts"),
@@ -842,7 +866,7 @@ describe("Lifecycle", () => {
         })
         const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "5 seconds" } })
         yield* w.started
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("4999 millis")
         expect(yield* isDone(w.run)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -859,7 +883,7 @@ describe("Lifecycle", () => {
         ])
       }))
 
-    it.scoped("a first hook that never ends is cut at the budget, the next one still runs, exit 1", () =>
+    it.effect("a first hook that never ends is cut at the budget, the next one still runs, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         let hookSignal: AbortSignal | undefined
@@ -874,7 +898,7 @@ describe("Lifecycle", () => {
         })
         const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "2 seconds" } })
         yield* w.started
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* waitUntil(() => hookSignal !== undefined, "the first hook runs")
         yield* TestClock.adjust("1999 millis")
         expect(yield* isDone(w.run)).toBe(false)
@@ -885,7 +909,7 @@ describe("Lifecycle", () => {
         expect(seen.events).toEqual(["shutdown 2"])
       }))
 
-    it.scoped("a hook that refuses to be interrupted is left behind at the budget, exit 1", () =>
+    it.effect("a hook that refuses to be interrupted is left behind at the budget, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const never = yield* neverUntilTheEnd
@@ -897,7 +921,7 @@ describe("Lifecycle", () => {
         })
         const w = yield* launch(worker, { settings: { shutdownHooksTimeout: "5 seconds" } })
         yield* w.started
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("4999 millis")
         expect(yield* isDone(w.run)).toBe(false)
         yield* TestClock.adjust("1 millis")
@@ -906,7 +930,7 @@ describe("Lifecycle", () => {
         expect(seen.events).toEqual(["shutdown 2"])
       }))
 
-    it.scoped("a hook that dies: the next still runs, the worker is closed, exit 1", () =>
+    it.effect("a hook that dies: the next still runs, the worker is closed, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const worker = sleeper(seen, {
@@ -921,7 +945,7 @@ describe("Lifecycle", () => {
         yield* w.started
         yield* w.submit("t-1", 1)
         yield* waitUntil(() => seen.entered.length === 1, "the task runs")
-        yield* w.proc.signal()
+        yield* w.signal()
         yield* TestClock.adjust("1 second")
         expect(yield* Fiber.join(w.run)).toBe(1)
         expect(seen.events).toEqual(["handler t-1", "shutdown 2"])
@@ -929,7 +953,7 @@ describe("Lifecycle", () => {
         expect(yield* w.published("t-1")).toEqual(["started", "success"])
       }))
 
-    it.scoped("a failing hook: the next still runs, exit 1", () =>
+    it.effect("a failing hook: the next still runs, exit 1", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const worker = sleeper(seen, {
@@ -940,7 +964,7 @@ describe("Lifecycle", () => {
         })
         const w = yield* launch(worker)
         yield* w.started
-        yield* w.proc.signal()
+        yield* w.signal()
         expect(yield* Fiber.join(w.run)).toBe(1)
         expect(seen.events).toEqual(["shutdown 2"])
         expect(errors(w.logs)).toEqual(["Shutdown hook 1 failed: Error: flush failed"])
@@ -952,7 +976,7 @@ describe("Lifecycle", () => {
       env: { WORKER_MODE: "job", ...env },
     })
 
-    it.scoped(
+    it.effect(
       "stops intake after WORKER_JOB_MAX_TASKS deliveries (a poison message counts), finishes them, exit 0",
       () =>
         Effect.gen(function* () {
@@ -974,7 +998,7 @@ describe("Lifecycle", () => {
         }),
     )
 
-    it.scoped("exits 0 after WORKER_JOB_IDLE_TIMEOUT_S with nothing in hand", () =>
+    it.effect("exits 0 after WORKER_JOB_IDLE_TIMEOUT_S with nothing in hand", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()), job({ WORKER_JOB_IDLE_TIMEOUT_S: "10" }))
         yield* w.started
@@ -984,7 +1008,7 @@ describe("Lifecycle", () => {
         expect(yield* Fiber.join(w.run)).toBe(0)
       }))
 
-    it.scoped("is not idle while a task runs: the idle time counts from its end", () =>
+    it.effect("is not idle while a task runs: the idle time counts from its end", () =>
       Effect.gen(function* () {
         const seen = newSeen()
         const w = yield* launch(
@@ -1022,7 +1046,7 @@ describe("Lifecycle", () => {
         }),
       )
 
-    it.scoped("a broker never reached: exit 1 after WORKER_JOB_CONNECT_TIMEOUT_S", () =>
+    it.effect("a broker never reached: exit 1 after WORKER_JOB_CONNECT_TIMEOUT_S", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
         const w = yield* launch(sleeper(newSeen()), {
@@ -1037,7 +1061,7 @@ describe("Lifecycle", () => {
         expect(errors(w.logs)).toEqual(["The broker stayed unreachable for 10s: giving up"])
       }))
 
-    it.scoped("a connection within the timeout resets it", () =>
+    it.effect("a connection within the timeout resets it", () =>
       Effect.gen(function* () {
         const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
         const w = yield* launch(sleeper(newSeen()), {
@@ -1056,7 +1080,7 @@ describe("Lifecycle", () => {
         expect(yield* Fiber.join(w.run)).toBe(1)
       }))
 
-    it.scoped("a task that fails still ends the job with exit 0", () =>
+    it.effect("a task that fails still ends the job with exit 0", () =>
       Effect.gen(function* () {
         const failing = Worker.make({
           name: "failing",
@@ -1072,7 +1096,7 @@ describe("Lifecycle", () => {
         expect(yield* w.ready).toBe(0)
       }))
 
-    it.scoped("a task requeued for a retry still ends the job with exit 0", () =>
+    it.effect("a task requeued for a retry still ends the job with exit 0", () =>
       Effect.gen(function* () {
         const retrying = Worker.make({
           name: "retrying",
@@ -1092,8 +1116,54 @@ describe("Lifecycle", () => {
       }))
   })
 
+  describe("start", () => {
+    it.effect("its state: Running once started, Draining once its scope closes", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make({ reapInterval: "1 hour" })
+        const scope = yield* Scope.make()
+        const started = yield* Lifecycle.make(sleeper(newSeen()), {
+          transport: memoryTransport(broker),
+        }).pipe(Scope.provide(scope), environment())
+        expect(yield* started.state).toEqual(Lifecycle.LifecycleState.Running())
+        yield* Scope.close(scope, Exit.void)
+        expect(yield* started.state).toEqual(Lifecycle.LifecycleState.Draining())
+      }))
+
+    it.effect("a transport that fails after the start: said, and the state Failed with its error", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make({ reapInterval: "1 hour" })
+        const broken = yield* Deferred.make<void>()
+        const gone = new TransportError({ reason: "closed", message: "Gone." })
+        const logs = captureLogs()
+        const started = yield* Lifecycle.make(sleeper(newSeen()), {
+          transport: Layer.effect(
+            Transport,
+            Effect.gen(function* () {
+              const s = yield* Settings.Settings
+              const inner = yield* broker.transport({
+                inQueue: s.inQueue,
+                outQueue: s.outQueue,
+                capacity: s.concurrency,
+              })
+              return Transport.of({
+                ...inner,
+                take: Effect.andThen(Deferred.await(broken), Effect.fail(gone)),
+              })
+            }),
+          ),
+        }).pipe(environment(), Effect.provide(logs.layer))
+        yield* Deferred.succeed(broken, undefined)
+        yield* waitUntil(
+          () => Effect.map(started.state, (state) => state._tag === "Failed"),
+          "the worker fails",
+        )
+        expect(yield* started.state).toEqual(Lifecycle.LifecycleState.Failed({ error: gone }))
+        expect(errors(logs)).toEqual(["The worker stopped consuming", "The worker stopped: Gone."])
+      }))
+  })
+
   describe("the embedded broker (WORKER_TRANSPORT=memory)", () => {
-    it.scoped("runs each line of standard input as a task, prints what is published, exit 0", () =>
+    it.effect("runs each line of standard input as a task, prints what is published, exit 0", () =>
       Effect.gen(function* () {
         const proc = yield* Process.makeTest({
           stdinLines: Stream.make(
@@ -1105,8 +1175,8 @@ describe("Lifecycle", () => {
         const run = yield* Lifecycle.run(sleeper(newSeen()), { settings: { transport: "memory" } })
           .pipe(
             Effect.provideService(Process.Process, proc.process),
-            Effect.withConfigProvider(environment({})),
-            Effect.fork,
+            environment({}),
+            Effect.forkChild,
           )
         for (let i = 0; i < 50 && !(yield* isDone(run)); i++) {
           yield* TestClock.adjust("20 millis")

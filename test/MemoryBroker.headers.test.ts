@@ -5,7 +5,7 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 const TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 describe("MemoryBroker headers", () => {
-  it.scoped("a message's headers are stored with it and delivered with it; a transport publishes its own", () =>
+  it.effect("a message's headers are stored with it and delivered with it; a transport publishes its own", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const headers = { traceparent: TRACEPARENT }
@@ -23,7 +23,7 @@ describe("MemoryBroker headers", () => {
       expect((yield* broker.published("out")).map((m) => m.headers)).toEqual([headers, undefined])
     }))
 
-  it.scoped("a requeued message keeps its headers", () =>
+  it.effect("a requeued message keeps its headers", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       yield* broker.publish("in", "m1", { headers: { traceparent: TRACEPARENT } })

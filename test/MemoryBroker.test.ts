@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Option, SubscriptionRef, TestClock } from "effect"
+import { Effect, Fiber, Option, SubscriptionRef } from "effect"
+import { TestClock } from "effect/testing"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import { type Delivery, Redeliveries, type Transport } from "../src/Transport.ts"
 import { LeaseLost, PublishError } from "../src/WorkerError.ts"
@@ -15,7 +16,7 @@ const options = (
 ): MemoryBroker.TransportOptions => ({ inQueue: IN, outQueue: OUT, capacity: 2, ...o })
 
 /** Publishes `m<from>` … `m<to>` to the input queue. */
-const publishAll = (broker: MemoryBroker.MemoryBroker["Type"], from: number, to: number) =>
+const publishAll = (broker: MemoryBroker.MemoryBroker["Service"], from: number, to: number) =>
   Effect.forEach(
     Array.from({ length: to - from + 1 }, (_, i) => `m${from + i}`),
     (body) => broker.publish(IN, body),
@@ -23,11 +24,11 @@ const publishAll = (broker: MemoryBroker.MemoryBroker["Type"], from: number, to:
   )
 
 /** Reads a transport's deliveries one at a time with `take`. */
-const reader = (transport: Transport["Type"]) =>
+const reader = (transport: Transport["Service"]) =>
   Effect.sync(() => {
     const next: Effect.Effect<Option.Option<Delivery>> = Effect.orDie(transport.take)
     const take = Effect.flatMap(next, (d) =>
-      Option.isSome(d) ? Effect.succeed(d.value) : Effect.dieMessage("the deliveries ended"))
+      Option.isSome(d) ? Effect.succeed(d.value) : Effect.die(new Error("the deliveries ended")))
     const takeN = (n: number) =>
       Effect.replicateEffect(take, n)
     return { next, take, takeN }
@@ -36,7 +37,7 @@ const reader = (transport: Transport["Type"]) =>
 const counted = (count: number) => Redeliveries.Counted({ count })
 
 /** Takes every waiting message with basic.get: `[body, redeliveries]`. */
-const drain = (broker: MemoryBroker.MemoryBroker["Type"], queue: string) =>
+const drain = (broker: MemoryBroker.MemoryBroker["Service"], queue: string) =>
   Effect.gen(function* () {
     const out: Array<[string, Redeliveries]> = []
     for (;;) {
@@ -46,11 +47,11 @@ const drain = (broker: MemoryBroker.MemoryBroker["Type"], queue: string) =>
     }
   })
 
-const depth = (broker: MemoryBroker.MemoryBroker["Type"], queue: string = IN) =>
+const depth = (broker: MemoryBroker.MemoryBroker["Service"], queue: string = IN) =>
   Effect.all({ ready: broker.ready(queue), unacked: broker.unacked(queue) })
 
 describe("MemoryBroker", () => {
-  it.scoped("publish, ready, unacked, published and get work as on a queue", () =>
+  it.effect("publish, ready, unacked, published and get work as on a queue", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const first = yield* broker.publish(IN, "m1", { type: "submission" })
@@ -79,7 +80,7 @@ describe("MemoryBroker", () => {
       expect(yield* broker.published(OUT)).toEqual([])
     }))
 
-  it.scoped("purge drops the waiting messages and the published log", () =>
+  it.effect("purge drops the waiting messages and the published log", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       yield* publishAll(broker, 1, 3)
@@ -91,7 +92,7 @@ describe("MemoryBroker", () => {
       expect(yield* depth(broker)).toEqual({ ready: 0, unacked: 0 })
     }))
 
-  it.scoped("published after an id: only the queue's later messages, whichever queue the id is of", () =>
+  it.effect("published after an id: only the queue's later messages, whichever queue the id is of", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const o1 = yield* broker.publish(OUT, "o1")
@@ -108,7 +109,7 @@ describe("MemoryBroker", () => {
       expect(yield* broker.published(OUT, { after: o4.id })).toEqual([])
     }))
 
-  it.scoped("publish can preset x-delivery-count", () =>
+  it.effect("publish can preset x-delivery-count", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       yield* broker.publish(IN, "m1", { deliveryCount: 4 })
@@ -120,7 +121,7 @@ describe("MemoryBroker", () => {
     }))
 
   describe("prefetch", () => {
-    it.scoped("bounds what a consumer holds; an ack lets the next one in", () =>
+    it.effect("bounds what a consumer holds; an ack lets the next one in", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(options({ capacity: 2 }))
@@ -130,9 +131,9 @@ describe("MemoryBroker", () => {
         const [d1, d2] = yield* takeN(2)
         expect([d1, d2].map(text)).toEqual(["m1", "m2"])
 
-        const third = yield* Effect.fork(take)
-        yield* Effect.yieldNow()
-        expect(Option.isNone(yield* Fiber.poll(third))).toBe(true)
+        const third = yield* Effect.forkChild(take)
+        yield* Effect.yieldNow
+        expect(third.pollUnsafe()).toBeUndefined()
 
         yield* d1!.ack
         const d3 = yield* Fiber.join(third)
@@ -143,7 +144,7 @@ describe("MemoryBroker", () => {
         expect((yield* takeN(2)).map(text)).toEqual(["m4", "m5"])
       }))
 
-    it.scoped("a message published to a full consumer waits in the queue", () =>
+    it.effect("a message published to a full consumer waits in the queue", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(options({ capacity: 1 }))
@@ -157,7 +158,7 @@ describe("MemoryBroker", () => {
       }))
   })
 
-  it.scoped("requeue redelivers with the count incremented", () =>
+  it.effect("requeue redelivers with the count incremented", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const transport = yield* broker.transport(options({ capacity: 1 }))
@@ -178,7 +179,7 @@ describe("MemoryBroker", () => {
       expect(yield* broker.published(IN)).toHaveLength(1)
     }))
 
-  it.scoped("a classic transport flags a redelivery instead of counting it", () =>
+  it.effect("a classic transport flags a redelivery instead of counting it", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const transport = yield* broker.transport(options({ capacity: 1, classic: true }))
@@ -194,7 +195,7 @@ describe("MemoryBroker", () => {
     }))
 
   describe("leases", () => {
-    it.scoped("expire after their duration and are redelivered with the count incremented", () =>
+    it.effect("expire after their duration and are redelivered with the count incremented", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(
@@ -206,10 +207,10 @@ describe("MemoryBroker", () => {
         expect(Option.map(first.lease.duration, (d) => d.toJSON())).toEqual(
           Option.some({ _id: "Duration", _tag: "Millis", millis: 5000 }),
         )
-        const lost = yield* Effect.fork(first.lease.lost)
+        const lost = yield* Effect.forkChild(first.lease.lost)
 
         yield* TestClock.adjust("4900 millis")
-        expect(Option.isNone(yield* Fiber.poll(lost))).toBe(true)
+        expect(lost.pollUnsafe()).toBeUndefined()
         expect(first.lease.isLost()).toBe(false)
         expect(yield* depth(broker)).toEqual({ ready: 0, unacked: 1 })
 
@@ -229,7 +230,7 @@ describe("MemoryBroker", () => {
         expect((yield* take).redeliveries).toEqual(counted(2))
       }))
 
-    it.scoped("a lost lease is fenced: a late ack, requeue or renew fails", () =>
+    it.effect("a lost lease is fenced: a late ack, requeue or renew fails", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(
@@ -257,7 +258,7 @@ describe("MemoryBroker", () => {
         expect(yield* Effect.flip(stale.ack)).toBeInstanceOf(LeaseLost)
       }))
 
-    it.scoped("renew pushes the deadline out by the duration", () =>
+    it.effect("renew pushes the deadline out by the duration", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(
@@ -275,7 +276,7 @@ describe("MemoryBroker", () => {
         expect(yield* d.lease.lost).toEqual(new LeaseLost({ reason: "expired" }))
       }))
 
-    it.scoped("a lease without a duration never expires", () =>
+    it.effect("a lease without a duration never expires", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(options({ capacity: 1 }))
@@ -289,7 +290,7 @@ describe("MemoryBroker", () => {
         yield* d.ack
       }))
 
-    it.scoped("leases from get expire and go back to the front of the queue, in order", () =>
+    it.effect("leases from get expire and go back to the front of the queue, in order", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         yield* publishAll(broker, 1, 3)
@@ -312,7 +313,7 @@ describe("MemoryBroker", () => {
   })
 
   describe("setCapacity", () => {
-    it.scoped("grows and shrinks intake without touching held deliveries", () =>
+    it.effect("grows and shrinks intake without touching held deliveries", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(options({ capacity: 1 }))
@@ -335,7 +336,7 @@ describe("MemoryBroker", () => {
         expect(text(yield* take)).toBe("m4")
       }))
 
-    it.scoped("a capacity of 0 pauses intake until it grows again", () =>
+    it.effect("a capacity of 0 pauses intake until it grows again", () =>
       Effect.gen(function* () {
         const broker = yield* MemoryBroker.make()
         const transport = yield* broker.transport(options({ capacity: 1 }))
@@ -352,7 +353,7 @@ describe("MemoryBroker", () => {
       }))
   })
 
-  it.scoped("stopIntake ends the deliveries and returns untaken messages uncounted, in order", () =>
+  it.effect("stopIntake ends the deliveries and returns untaken messages uncounted, in order", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const transport = yield* broker.transport(options({ capacity: 4 }))
@@ -404,7 +405,7 @@ describe("MemoryBroker", () => {
       ])
     }).pipe(Effect.scoped))
 
-  it.scoped("failNextPublish fails exactly the next matching publish", () =>
+  it.effect("failNextPublish fails exactly the next matching publish", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const transport = yield* broker.transport(options())
@@ -436,7 +437,7 @@ describe("MemoryBroker", () => {
       expect((yield* broker.published(IN)).map(text)).toEqual(["m2"])
     }))
 
-  it.scoped("two transports on one queue share its messages round-robin within their prefetch", () =>
+  it.effect("two transports on one queue share its messages round-robin within their prefetch", () =>
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const a = yield* reader(yield* broker.transport(options({ capacity: 2 })))

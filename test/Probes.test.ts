@@ -1,22 +1,23 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
-  Chunk,
+  Clock,
   Deferred,
   Duration,
   Effect,
   Exit,
   Fiber,
-  Logger,
-  LogLevel,
   Option,
   Ref,
+  References,
+  Result,
   Scope,
-  TestClock,
 } from "effect"
+import { TestClock } from "effect/testing"
 import { mkdtemp, rm, writeFile } from "node:fs/promises"
 import * as Net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import * as Probes from "../src/Probes.ts"
 import { ProbeError, ProbeServerError } from "../src/WorkerError.ts"
 import { waitUntil } from "./support/logs.ts"
 import { HOST, sleepReal, start, waitForReal } from "./support/probes.ts"
@@ -64,7 +65,7 @@ const connect = (port: number) => {
  * queue of connections to accept is first in, first out).
  */
 const connected = (port: number, head = "") =>
-  Effect.async<ReturnType<typeof connect> & { received: string }>((resume) => {
+  Effect.callback<ReturnType<typeof connect> & { received: string }>((resume) => {
     const state = Object.assign(connect(port), { received: "" })
     state.socket.on("data", (chunk: Uint8Array) => {
       state.received += new TextDecoder().decode(chunk)
@@ -93,11 +94,27 @@ const refusedAtOnce = (port: number) =>
 
 const ok = { status: "ok" }
 
+/**
+ * The clock in context (a `TestClock` in `it.effect`), counting the sleeps begun on it: given to
+ * the server, it shows when a probe's timeout is pending.
+ */
+const countingSleeps = Effect.map(Clock.Clock, (clock) => {
+  const counting: Clock.Clock & { sleeps: number } = {
+    ...clock,
+    sleeps: 0,
+    sleep: (duration) => {
+      counting.sleeps++
+      return clock.sleep(duration)
+    },
+  }
+  return counting
+})
+
 // ---------------------------------------------------------------------------------------------
 
 describe("Probes", () => {
   describe("GET /health", () => {
-    it.scoped("answers 200 ok, as JSON, closing the connection", () =>
+    it.effect("answers 200 ok, as JSON, closing the connection", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         const reply = yield* request(port, "/health")
@@ -108,7 +125,7 @@ describe("Probes", () => {
         expect(reply.headers.get("connection")).toBe("close")
       }))
 
-    it.scoped("answers 503 with the health problem's code and message", () =>
+    it.effect("answers 503 with the health problem's code and message", () =>
       Effect.gen(function* () {
         const problem = yield* Ref.make(
           Option.none<{ readonly code: string; readonly message: string }>(),
@@ -127,7 +144,7 @@ describe("Probes", () => {
         })
       }))
 
-    it.scoped("answers HEAD with the headers and no body", () =>
+    it.effect("answers HEAD with the headers and no body", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         const reply = yield* request(port, "/health", { method: "HEAD" })
@@ -136,7 +153,7 @@ describe("Probes", () => {
         expect(reply.text).toBe("")
       }))
 
-    it.scoped("ignores the query string", () =>
+    it.effect("ignores the query string", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         expect((yield* request(port, "/health?verbose=1")).status).toBe(200)
@@ -144,7 +161,7 @@ describe("Probes", () => {
   })
 
   describe("GET /ready", () => {
-    it.scoped("answers 200 with every component ok, in order", () =>
+    it.effect("answers 200 with every component ok, in order", () =>
       Effect.gen(function* () {
         const { port } = yield* start({
           readiness: [
@@ -162,13 +179,13 @@ describe("Probes", () => {
         expect(Object.keys(reply.body.components)).toEqual(["broker", "draining", "db"])
       }))
 
-    it.scoped("answers 200 with no components at all", () =>
+    it.effect("answers 200 with no components at all", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         expect((yield* request(port, "/ready")).body).toEqual({ status: "ok", components: {} })
       }))
 
-    it.scoped(
+    it.effect(
       "answers 503 DEPENDENCIES_NOT_READY: a ProbeError's message shown, others by class name only",
       () =>
         Effect.gen(function* () {
@@ -218,7 +235,7 @@ describe("Probes", () => {
         }),
     )
 
-    it.scoped("goes from 503 back to 200 when the component recovers", () =>
+    it.effect("goes from 503 back to 200 when the component recovers", () =>
       Effect.gen(function* () {
         const draining = yield* Ref.make(false)
         const { port } = yield* start({
@@ -239,29 +256,31 @@ describe("Probes", () => {
         expect((yield* request(port, "/ready")).status).toBe(200)
       }))
 
-    it.scoped("shows a component that exceeds the probe timeout as timed out", () =>
+    it.effect("shows a component that exceeds the probe timeout as timed out", () =>
       Effect.gen(function* () {
         const started = yield* Deferred.make<void>()
-        const { port } = yield* start({
-          probeTimeout: Duration.seconds(3),
-          readiness: [
-            { name: "fast", check: Effect.void },
-            {
-              name: "slow",
-              check: Effect.zipRight(Deferred.succeed(started, void 0), Effect.never),
-            },
-          ],
-        })
-        const reply = yield* Effect.fork(request(port, "/ready"))
+        const clock = yield* countingSleeps
+        const { port } = yield* Effect.provideService(
+          start({
+            probeTimeout: Duration.seconds(3),
+            readiness: [
+              { name: "fast", check: Effect.void },
+              {
+                name: "slow",
+                check: Effect.andThen(Deferred.succeed(started, void 0), Effect.never),
+              },
+            ],
+          }),
+          Clock.Clock,
+          clock,
+        )
+        const reply = yield* Effect.forkChild(request(port, "/ready"))
         yield* Deferred.await(started)
         // The timeout's sleep is registered beside the check: wait for it, then pass the time.
-        yield* waitUntil(
-          () => Effect.map(TestClock.sleeps(), (s) => Chunk.size(s) > 0),
-          "the probe timeout is pending",
-        )
+        yield* waitUntil(() => clock.sleeps > 0, "the probe timeout is pending")
         yield* TestClock.adjust("2999 millis")
-        yield* Effect.yieldNow()
-        expect(reply.unsafePoll()).toBeNull()
+        yield* Effect.yieldNow
+        expect(reply.pollUnsafe()).toBeUndefined()
         yield* TestClock.adjust("1 millis")
         const { body, status } = yield* Fiber.join(reply)
         expect(status).toBe(503)
@@ -278,10 +297,10 @@ describe("Probes", () => {
         const { port } = yield* start({
           readiness: [{
             name: "db",
-            check: Effect.zipRight(Ref.update(runs, (n) => n + 1), Deferred.await(release)),
+            check: Effect.andThen(Ref.update(runs, (n) => n + 1), Deferred.await(release)),
           }],
         })
-        const replies = yield* Effect.fork(
+        const replies = yield* Effect.forkChild(
           Effect.all(Array.from({ length: 5 }, () => request(port, "/ready")), {
             concurrency: "unbounded",
           }),
@@ -299,8 +318,41 @@ describe("Probes", () => {
       }).pipe(Effect.scoped))
   })
 
+  describe("evaluateReadiness", () => {
+    it.effect("answers at the timeout, not waiting for a component that refuses interruption", () =>
+      Effect.gen(function* () {
+        const started = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const ended = yield* Deferred.make<void>()
+        const stuck = Effect.uninterruptible(
+          Deferred.succeed(started, void 0).pipe(
+            Effect.andThen(Deferred.await(release)),
+            Effect.ensuring(Deferred.succeed(ended, void 0)),
+          ),
+        )
+        const readiness = yield* Effect.forkChild(
+          Probes.evaluateReadiness([{ name: "stuck", check: stuck }], "1 second"),
+        )
+        // Were the answer to wait for the check, it would come once this releases it, too late.
+        yield* Effect.forkChild(
+          TestClock.withLive(Effect.delay(Deferred.succeed(release, void 0), "2 seconds")),
+        )
+        // The timeout's sleep is registered before the check starts.
+        yield* Deferred.await(started)
+        yield* TestClock.adjust("1 second")
+        expect(yield* Fiber.join(readiness)).toEqual({
+          ready: false,
+          components: { stuck: { status: "error", message: "timed out after 1s" } },
+        })
+        // Left to end in the background.
+        expect(yield* Deferred.isDone(ended)).toBe(false)
+        yield* Deferred.succeed(release, void 0)
+        yield* Deferred.await(ended)
+      }))
+  })
+
   describe("GET /metrics", () => {
-    it.scoped("serves the exposition on /metrics and /internal/metrics", () =>
+    it.effect("serves the exposition on /metrics and /internal/metrics", () =>
       Effect.gen(function* () {
         const { port } = yield* start({ metrics: Effect.succeed("# TYPE up gauge\nup 1\n") })
         for (const path of ["/metrics", "/internal/metrics"]) {
@@ -311,7 +363,7 @@ describe("Probes", () => {
         }
       }))
 
-    it.scoped("answers 500 PROBE_FAILED when the exposition fails unexpectedly", () =>
+    it.effect("answers 500 PROBE_FAILED when the exposition fails unexpectedly", () =>
       Effect.gen(function* () {
         const { port } = yield* start({ metrics: Effect.die(new Error("secret")) })
         const reply = yield* request(port, "/metrics")
@@ -320,11 +372,11 @@ describe("Probes", () => {
           status: "error",
           error: { code: "PROBE_FAILED", message: "The probe /metrics failed unexpectedly." },
         })
-      }).pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+      }).pipe(Effect.provideService(References.MinimumLogLevel, "None")))
   })
 
   describe("GET /__version__", () => {
-    it.scoped("serves the version file when present and valid, else a dev document", () =>
+    it.effect("serves the version file when present and valid, else a dev document", () =>
       Effect.gen(function* () {
         const dir = yield* Effect.acquireRelease(
           Effect.promise(() => mkdtemp(join(tmpdir(), "probes-"))),
@@ -356,7 +408,7 @@ describe("Probes", () => {
   })
 
   describe("errors", () => {
-    it.scoped("answers 404 NOT_FOUND on an unknown path, whatever the method", () =>
+    it.effect("answers 404 NOT_FOUND on an unknown path, whatever the method", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         for (const [path, method] of [["/", "GET"], ["/healthz", "GET"], ["/nope", "POST"]]) {
@@ -368,7 +420,7 @@ describe("Probes", () => {
         }
       }))
 
-    it.scoped("answers 405 METHOD_NOT_ALLOWED, with Allow, on a known path", () =>
+    it.effect("answers 405 METHOD_NOT_ALLOWED, with Allow, on a known path", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         for (
@@ -400,7 +452,7 @@ describe("Probes", () => {
         const interrupted = yield* Deferred.make<void>()
         const { port } = yield* start({
           metrics: Deferred.succeed(asked, void 0).pipe(
-            Effect.zipRight(Effect.never),
+            Effect.andThen(Effect.never),
             Effect.onInterrupt(() => Deferred.succeed(interrupted, void 0)),
           ),
         })
@@ -411,16 +463,16 @@ describe("Probes", () => {
         yield* healthyWithin(port, 1000)
       }).pipe(Effect.scoped))
 
-    it.scoped("answers 500 PROBE_FAILED when a probe dies", () =>
+    it.effect("answers 500 PROBE_FAILED when a probe dies", () =>
       Effect.gen(function* () {
         const { port } = yield* start({ health: Effect.die(new Error("boom")) })
         const reply = yield* request(port, "/health")
         expect(reply.status).toBe(500)
         expect(reply.body.error.code).toBe("PROBE_FAILED")
         expect(reply.text).not.toContain("boom")
-      }).pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+      }).pipe(Effect.provideService(References.MinimumLogLevel, "None")))
 
-    it.scoped("fails with a ProbeServerError when the port is in use", () =>
+    it.effect("fails with a ProbeServerError when the port is in use", () =>
       Effect.gen(function* () {
         const { port } = yield* start()
         const err = yield* Effect.flip(start({ port }))
@@ -440,7 +492,7 @@ describe("Probes", () => {
     it.live("closes the server and its sockets, idle and slow, when the scope closes", () =>
       Effect.gen(function* () {
         const scope = yield* Scope.make()
-        const { port } = yield* Scope.extend(start(), scope)
+        const { port } = yield* Scope.provide(start(), scope)
         const idle = connect(port)
         const slow = connect(port)
         slow.socket.write("GET /heal")
@@ -590,7 +642,7 @@ describe("Probes", () => {
           maxConnections: 2,
           readiness: [{
             name: "db",
-            check: Effect.zipRight(Ref.update(checks, (n) => n + 1), Deferred.await(release)),
+            check: Effect.andThen(Ref.update(checks, (n) => n + 1), Deferred.await(release)),
           }],
         })
         const answering = yield* connected(port, completeHead("/ready"))
@@ -611,7 +663,7 @@ describe("Probes", () => {
       Effect.gen(function* () {
         const release = yield* Deferred.make<void>()
         const asked = yield* Ref.make(0)
-        const blocked = Effect.zipRight(Ref.update(asked, (n) => n + 1), Deferred.await(release))
+        const blocked = Effect.andThen(Ref.update(asked, (n) => n + 1), Deferred.await(release))
         const { port } = yield* start({
           maxConnections: 2,
           readiness: [{ name: "db", check: blocked }],
@@ -639,7 +691,7 @@ describe("Probes", () => {
         const began = Date.now()
         const idle = yield* connected(port)
         const partial = yield* connected(port, "GET /health HTTP/1.1\r\nHost: probe\r\n")
-        const ready = yield* Effect.fork(request(port, "/ready"))
+        const ready = yield* Effect.forkChild(request(port, "/ready"))
         yield* waitForReal(() => !idle.open && !partial.open, 2000, "the incomplete are dropped")
         const dropped = Date.now() - began
         expect(dropped).toBeGreaterThanOrEqual(250)
@@ -663,19 +715,19 @@ const healthyWithin = (port: number, millis: number) =>
   Effect.gen(function* () {
     const began = Date.now()
     while (true) {
-      const reply = yield* Effect.either(
+      const reply = yield* Effect.result(
         Effect.tryPromise(() =>
           fetch(`http://${HOST}:${port}/health`, { signal: AbortSignal.timeout(millis) })
         ),
       )
       const took = Date.now() - began
-      if (reply._tag === "Right" && reply.right.status === 200) {
-        yield* Effect.promise(() => reply.right.text())
+      if (Result.isSuccess(reply) && reply.success.status === 200) {
+        yield* Effect.promise(() => reply.success.text())
         expect(took).toBeLessThan(millis)
         return took
       }
       if (took >= millis) {
-        return yield* Effect.dieMessage(`/health did not answer 200 within ${millis} ms`)
+        return yield* Effect.die(new Error(`/health did not answer 200 within ${millis} ms`))
       }
       yield* sleepReal(10)
     }

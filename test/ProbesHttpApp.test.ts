@@ -1,14 +1,16 @@
 /**
- * The probe routes served by an app's own `@effect/platform` server rather than the probe
- * server: through `HttpApp.toWebHandlerRuntime`, @effect/platform's server for web-standard
- * runtimes (`Deno.serve`, Bun, workers), driven here by web `Request`s on Node and Deno alike.
- * The answers are the probe server's own, as `test/Probes.test.ts` specifies them.
+ * The probe routes served by an app's own `effect/http` server rather than the probe server:
+ * through `HttpEffect.toWebHandlerWith`, Effect's server for web-standard runtimes
+ * (`Deno.serve`, Bun, workers), driven here by web `Request`s on Node and Deno alike. The
+ * answers are the probe server's own, as `test/Probes.test.ts` specifies them.
  */
-import * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Fiber, Logger, Ref } from "effect"
+import type { Scope } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Ref } from "effect"
+import * as HttpEffect from "effect/http/HttpEffect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Probes from "../src/Probes.ts"
 import { ProbeError } from "../src/WorkerError.ts"
 import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
@@ -42,18 +44,31 @@ const reply = async (response: Response): Promise<Reply> => {
   return { status: response.status, headers: response.headers, text, body }
 }
 
-/** `app` served by @effect/platform's web handler, in this fiber's runtime (its logger too). */
-const serve = (app: HttpApp.Default<unknown>) =>
-  Effect.map(Effect.runtime<never>(), (runtime) => {
-    const handler = HttpApp.toWebHandlerRuntime(runtime)(app)
+/** `app` served by Effect's web handler, in this fiber's context (its logger too). */
+const serve = (
+  app: Effect.Effect<
+    HttpServerResponse.HttpServerResponse,
+    unknown,
+    HttpServerRequest.HttpServerRequest | Scope.Scope
+  >,
+) =>
+  Effect.map(Effect.context<never>(), (context) => {
+    const handler = HttpEffect.toWebHandlerWith<
+      never,
+      HttpServerRequest.HttpServerRequest | Scope.Scope
+    >(context)(app)
     return (path: string, init?: RequestInit) =>
       Effect.promise(() => handler(new Request(`http://app.test${path}`, init)).then(reply))
   })
 
-describe("Probes.httpApp", () => {
-  it.scoped("answers as the probe server does, served by @effect/platform's web handler", () =>
+/** An app's router, filled by `routes` (layers adding routes to it), served as `serve` does. */
+const serveRouter = <E>(routes: Layer.Layer<never, E, HttpRouter.HttpRouter>) =>
+  Effect.flatMap(HttpRouter.toHttpEffect(routes), serve)
+
+describe("Probes.httpEffect", () => {
+  it.effect("answers as the probe server does, served by Effect's web handler", () =>
     Effect.gen(function* () {
-      const ask = yield* serve(yield* Probes.httpApp(routeOptions()))
+      const ask = yield* serve(yield* Probes.httpEffect(routeOptions()))
 
       const health = yield* ask("/health?verbose=1")
       expect(health.status).toBe(200)
@@ -90,12 +105,12 @@ describe("Probes.httpApp", () => {
       }
     }))
 
-  it.scoped("answers /ready 503 with its components, and shares one evaluation among requests", () =>
+  it.effect("answers /ready 503 with its components, and shares one evaluation among requests", () =>
     Effect.gen(function* () {
       const runs = yield* Ref.make(0)
       const release = yield* Deferred.make<void>()
       const ask = yield* serve(
-        yield* Probes.httpApp(routeOptions({
+        yield* Probes.httpEffect(routeOptions({
           readiness: [
             {
               name: "broker",
@@ -103,12 +118,12 @@ describe("Probes.httpApp", () => {
             },
             {
               name: "db",
-              check: Effect.zipRight(Ref.update(runs, (n) => n + 1), Deferred.await(release)),
+              check: Effect.andThen(Ref.update(runs, (n) => n + 1), Deferred.await(release)),
             },
           ],
         })),
       )
-      const replies = yield* Effect.fork(
+      const replies = yield* Effect.forkChild(
         Effect.all([ask("/ready"), ask("/ready"), ask("/ready")], { concurrency: "unbounded" }),
       )
       yield* waitUntil(() => Ref.get(runs).pipe(Effect.map((n) => n > 0)), "/ready evaluates")
@@ -130,11 +145,11 @@ describe("Probes.httpApp", () => {
       }
     }))
 
-  it.scoped("answers 500 PROBE_FAILED to a probe that dies, logged at WARNING", () => {
+  it.effect("answers 500 PROBE_FAILED to a probe that dies, logged at WARNING", () => {
     const logs = captureLogs()
     return Effect.gen(function* () {
       const ask = yield* serve(
-        yield* Probes.httpApp(routeOptions({ metrics: Effect.die(new Error("secret")) })),
+        yield* Probes.httpEffect(routeOptions({ metrics: Effect.die(new Error("secret")) })),
       )
       const failed = yield* ask("/metrics")
       expect(failed.status).toBe(500)
@@ -148,12 +163,12 @@ describe("Probes.httpApp", () => {
     }).pipe(Effect.provide(logs.layer))
   })
 
-  it.scoped("gives the probe server's answers, byte for byte", () =>
+  it.effect("gives the probe server's answers, byte for byte", () =>
     Effect.gen(function* () {
       const options = routeOptions({
         readiness: [{ name: "db", check: Effect.fail(new TypeError("secret")) }],
       })
-      const ask = yield* serve(yield* Probes.httpApp(options))
+      const ask = yield* serve(yield* Probes.httpEffect(options))
       const { port } = yield* start(options)
       const requests: ReadonlyArray<readonly [string, string]> = [
         ["GET", "/health"],
@@ -180,23 +195,58 @@ describe("Probes.httpApp", () => {
     }))
 })
 
-describe("Probes.router", () => {
-  it.scoped("serves the probes beside an app's own routes, or under a prefix", () =>
+describe("Probes.routes", () => {
+  it.effect("serves the probes beside an app's own routes, or under a prefix", () =>
     Effect.gen(function* () {
-      const probes = yield* Probes.router(routeOptions())
-      const own = HttpRouter.empty.pipe(
-        HttpRouter.get("/hello", HttpServerResponse.text("hello")),
+      const own = HttpRouter.add("GET", "/hello", HttpServerResponse.text("hello"))
+      const beside = yield* serveRouter(
+        Layer.mergeAll(own, HttpRouter.addAll(Probes.routes(routeOptions()))),
       )
-      const beside = yield* serve(HttpRouter.concat(own, probes))
       expect((yield* beside("/hello")).text).toBe("hello")
       expect((yield* beside("/health")).body).toEqual({ status: "ok" })
       expect((yield* beside("/metrics", { method: "POST" })).status).toBe(405)
-      // A path that is no probe's is the app's to answer: here, @effect/platform's bare 404.
+      // A path that is no probe's is the app's to answer: here, effect/http's bare 404.
       const other = yield* beside("/nope")
       expect([other.status, other.text]).toEqual([404, ""])
 
-      const under = yield* serve(HttpRouter.mount(own, "/probes", probes))
+      const under = yield* serveRouter(
+        Layer.mergeAll(
+          own,
+          HttpRouter.addAll(Probes.routes(routeOptions()), { prefix: "/probes" }),
+        ),
+      )
       expect((yield* under("/probes/health")).body).toEqual({ status: "ok" })
       expect((yield* under("/probes/ready")).body).toEqual({ status: "ok", components: {} })
-    }).pipe(Effect.provide(Logger.remove(Logger.defaultLogger))))
+    }))
+})
+
+describe("Probes.layerRoutes", () => {
+  it.effect("adds the probes of the worker in context to the app's router, under a prefix", () =>
+    Effect.gen(function* () {
+      const probes = Layer.succeed(Probes.WorkerProbes)({
+        ...routeOptions({
+          readiness: [{
+            name: "broker",
+            check: Effect.fail(new ProbeError({ message: "the broker is disconnected" })),
+          }],
+        }),
+        host: HOST,
+        port: 0,
+      })
+      const ask = yield* serveRouter(
+        Layer.mergeAll(
+          HttpRouter.add("GET", "/hello", HttpServerResponse.text("hello")),
+          Probes.layerRoutes({ prefix: "/worker" }),
+        ).pipe(Layer.provide(probes)),
+      )
+      expect((yield* ask("/hello")).text).toBe("hello")
+      expect((yield* ask("/worker/health")).body).toEqual({ status: "ok" })
+      const ready = yield* ask("/worker/ready")
+      expect(ready.status).toBe(503)
+      expect(ready.body.error.components).toEqual({
+        broker: { status: "error", message: "the broker is disconnected" },
+      })
+      expect((yield* ask("/worker/metrics")).text).toBe("# TYPE up gauge\nup 1\n")
+      expect((yield* ask("/health")).status).toBe(404)
+    }))
 })

@@ -5,7 +5,7 @@ import * as Process from "../src/Process.ts"
 
 describe("Process", () => {
   describe("makeTest", () => {
-    it.scoped("sends a signal to every listener, SIGTERM by default", () =>
+    it.effect("sends a signal to every listener, SIGTERM by default", () =>
       Effect.gen(function* () {
         const test = yield* Process.makeTest()
         const first = yield* test.process.signals
@@ -16,7 +16,7 @@ describe("Process", () => {
         expect(Array.from(yield* Queue.takeAll(second))).toEqual(["SIGTERM", "SIGINT"])
       }))
 
-    it.scoped("keeps what is written, line by line", () =>
+    it.effect("keeps what is written, line by line", () =>
       Effect.gen(function* () {
         const test = yield* Process.makeTest()
         yield* test.process.writeOut("one")
@@ -26,7 +26,7 @@ describe("Process", () => {
         expect(yield* test.err).toEqual(["oops"])
       }))
 
-    it.scoped("gives the arguments, standard input and working directory it is made with", () =>
+    it.effect("gives the arguments, standard input and working directory it is made with", () =>
       Effect.gen(function* () {
         const test = yield* Process.makeTest({
           argv: ["run", "./w.ts"],
@@ -48,7 +48,7 @@ describe("Process", () => {
           SIGINT: process.listenerCount("SIGINT"),
         }
         const scope = yield* Scope.make()
-        const signals = yield* real.signals.pipe(Scope.extend(scope))
+        const signals = yield* real.signals.pipe(Scope.provide(scope))
         expect(process.listenerCount("SIGTERM")).toBe(before.SIGTERM + 1)
         expect(process.listenerCount("SIGINT")).toBe(before.SIGINT + 1)
         process.emit("SIGTERM", "SIGTERM")

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, type Duration, Effect, Fiber, Metric, Option, TestClock } from "effect"
+import { Clock, type Duration, Effect, Fiber, Metric } from "effect"
+import { TestClock } from "effect/testing"
 import vectors from "../../shared/protocol/vectors.json" with { type: "json" }
 import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import type { Transport } from "../src/Transport.ts"
@@ -24,7 +25,7 @@ const makePublisher = () => {
   const sent: Array<Sent> = []
   let attempts = 0
   let failures = 0
-  const publish: Transport["Type"]["publish"] = (body, type) =>
+  const publish: Transport["Service"]["publish"] = (body, type) =>
     Effect.gen(function* () {
       attempts++
       if (failures > 0) {
@@ -46,7 +47,7 @@ const makePublisher = () => {
 }
 
 /** Lets forked fibers (the throttle's sender) run. */
-const settle = Effect.yieldNow()
+const settle = Effect.yieldNow
 
 type DropReason = "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed"
 
@@ -57,13 +58,13 @@ const dropped = (reason: DropReason) =>
 const droppedSince = (reason: DropReason) =>
   Effect.map(dropped(reason), (before) => Effect.map(dropped(reason), (after) => after - before))
 
-const setup = (interval: Duration.DurationInput = "1 second") => {
+const setup = (interval: Duration.Input = "1 second") => {
   const publisher = makePublisher()
   return { publisher, throttle: ProgressThrottle.make(interval, publisher.publish) }
 }
 
 describe("ProgressThrottle", () => {
-  it.scoped("sends the first update at once", () =>
+  it.effect("sends the first update at once", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const progress = yield* throttle.open("t-1")
@@ -78,7 +79,7 @@ describe("ProgressThrottle", () => {
       }])
     }))
 
-  it.scoped("holds updates within the interval and sends only the latest when it ends", () =>
+  it.effect("holds updates within the interval and sends only the latest when it ends", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const superseded = yield* droppedSince("superseded")
@@ -108,7 +109,7 @@ describe("ProgressThrottle", () => {
       expect(publisher.sent).toHaveLength(3)
     }))
 
-  it.scoped("sends an update at once after a quiet interval", () =>
+  it.effect("sends an update at once after a quiet interval", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup("2 seconds")
       const progress = yield* throttle.open("t-1")
@@ -120,7 +121,7 @@ describe("ProgressThrottle", () => {
       expect(publisher.timeline()).toEqual([[0, 0.1], [2500, 0.2]])
     }))
 
-  it.scoped("drops a lower fraction and accepts an equal one", () =>
+  it.effect("drops a lower fraction and accepts an equal one", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const regressed = yield* droppedSince("regressed")
@@ -147,7 +148,7 @@ describe("ProgressThrottle", () => {
       expect(yield* regressed).toBe(2)
     }))
 
-  it.scoped("drops a fraction that is not finite or not in [0, 1)", () =>
+  it.effect("drops a fraction that is not finite or not in [0, 1)", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const invalid = yield* droppedSince("invalid")
@@ -169,7 +170,7 @@ describe("ProgressThrottle", () => {
       )
     }))
 
-  it.scoped("drops an update whose payload is not a JSON object", () =>
+  it.effect("drops an update whose payload is not a JSON object", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const invalid = yield* droppedSince("invalid")
@@ -191,7 +192,7 @@ describe("ProgressThrottle", () => {
       ])
     }))
 
-  it.scoped("close drops the held update: nothing is sent after it", () =>
+  it.effect("close drops the held update: nothing is sent after it", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const concluded = yield* droppedSince("concluded")
@@ -214,7 +215,7 @@ describe("ProgressThrottle", () => {
       expect(yield* concluded).toBe(2)
     }))
 
-  it.scoped("close sends an update that was due at once, even if the sender has not run yet", () =>
+  it.effect("close sends an update that was due at once, even if the sender has not run yet", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const progress = yield* throttle.open("t-1")
@@ -224,12 +225,12 @@ describe("ProgressThrottle", () => {
       expect(publisher.timeline()).toEqual([[0, 0.5]])
     }))
 
-  it.scoped("close waits out a publish under way", () =>
+  it.effect("close waits out a publish under way", () =>
     Effect.gen(function* () {
       const sent: Array<number> = []
-      const slowPublish: Transport["Type"]["publish"] = () =>
+      const slowPublish: Transport["Service"]["publish"] = () =>
         Effect.sleep("100 millis").pipe(
-          Effect.zipRight(Clock.currentTimeMillis),
+          Effect.andThen(Clock.currentTimeMillis),
           Effect.map((at) => void sent.push(at)),
         )
       const throttle = ProgressThrottle.make("1 second", slowPublish)
@@ -238,9 +239,9 @@ describe("ProgressThrottle", () => {
       yield* settle
       yield* TestClock.adjust("50 millis")
       yield* progress.report(0.2)
-      const closing = yield* Effect.fork(progress.close)
+      const closing = yield* Effect.forkChild(progress.close)
       yield* TestClock.adjust("49 millis")
-      expect(Option.isNone(yield* Fiber.poll(closing))).toBe(true)
+      expect(closing.pollUnsafe() === undefined).toBe(true)
       yield* TestClock.adjust("1 millis")
       yield* Fiber.join(closing)
       expect(sent).toEqual([100])
@@ -263,7 +264,7 @@ describe("ProgressThrottle", () => {
       expect(publisher.timeline()).toEqual([[0, 0.1]])
     }))
 
-  it.scoped("a failed publish does not fail report, and later updates still go out", () =>
+  it.effect("a failed publish does not fail report, and later updates still go out", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const failed = yield* droppedSince("publish_failed")
@@ -283,7 +284,7 @@ describe("ProgressThrottle", () => {
       expect(yield* failed).toBe(1)
     }))
 
-  it.scoped("each task has its own interval", () =>
+  it.effect("each task has its own interval", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       const a = yield* throttle.open("a")
@@ -311,7 +312,7 @@ describe("ProgressThrottle", () => {
       const message = vector.message
       if (message.type !== "progress" || message.progress === undefined) continue
       const { progress: fraction, payload } = message
-      it.scoped(vector.name, () =>
+      it.effect(vector.name, () =>
         Effect.gen(function* () {
           const { publisher, throttle } = setup()
           const progress = yield* throttle.open(message.task_id)
@@ -324,7 +325,7 @@ describe("ProgressThrottle", () => {
     }
   })
 
-  it.scoped("a task whose lease is lost publishes nothing more, even an update already due", () =>
+  it.effect("a task whose lease is lost publishes nothing more, even an update already due", () =>
     Effect.gen(function* () {
       const { publisher, throttle } = setup()
       let lost = false

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Metric, MetricBoundaries, Option, Schema } from "effect"
+import { Effect, Metric, Schema } from "effect"
 import * as Prometheus from "../src/Prometheus.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
@@ -11,16 +11,17 @@ describe("Prometheus", () => {
   it.effect("counters and gauges: one family each, every label set a series, exact values", () =>
     Effect.gen(function* () {
       const requests = Metric.counter("p1_requests_total", { description: "Requests handled" })
-      yield* Metric.incrementBy(Metric.tagged(requests, "method", "get"), 3)
-      yield* Metric.increment(Metric.tagged(requests, "method", "post"))
-      yield* Metric.increment(
-        Metric.tagged(Metric.tagged(requests, "method", "get"), "code", "500"),
+      yield* Metric.update(Metric.withAttributes(requests, { method: "get" }), 3)
+      yield* Metric.update(Metric.withAttributes(requests, { method: "post" }), 1)
+      yield* Metric.update(
+        Metric.withAttributes(Metric.withAttributes(requests, { method: "get" }), { code: "500" }),
+        1,
       )
       const big = Metric.counter("p1_bytes_total", { bigint: true })
-      yield* Metric.incrementBy(big, 12345678901234567890n)
+      yield* Metric.update(big, 12345678901234567890n)
       const temperature = Metric.gauge("p1_temperature", { description: "Degrees" })
-      yield* Metric.set(Metric.tagged(temperature, "room", "a"), -2.5)
-      yield* Metric.set(Metric.tagged(temperature, "room", "b"), 1e21)
+      yield* Metric.update(Metric.withAttributes(temperature, { room: "a" }), -2.5)
+      yield* Metric.update(Metric.withAttributes(temperature, { room: "b" }), 1e21)
 
       const text = yield* Prometheus.exposition
       const families = parse(text)
@@ -49,16 +50,17 @@ describe("Prometheus", () => {
 
   it.effect("a histogram: cumulative buckets up to +Inf, _sum and _count, per label set", () =>
     Effect.gen(function* () {
-      const latency = Metric.histogram(
-        "p2_latency_seconds",
-        MetricBoundaries.fromIterable([1, 2, 5]),
-        "Latency",
-      )
+      const latency = Metric.histogram("p2_latency_seconds", {
+        description: "Latency",
+        boundaries: Metric.boundariesFromIterable([1, 2, 5]),
+      })
       for (const v of [0.5, 1, 3, 10]) yield* Metric.update(latency, v)
-      const sized = Metric.histogram("p2_size_bytes", MetricBoundaries.fromIterable([0.25, 10]))
-      yield* Metric.update(Metric.tagged(sized, "kind", "a"), 0.1)
-      yield* Metric.update(Metric.tagged(sized, "kind", "b"), 7)
-      yield* Metric.update(Metric.tagged(sized, "kind", "b"), 70)
+      const sized = Metric.histogram("p2_size_bytes", {
+        boundaries: Metric.boundariesFromIterable([0.25, 10]),
+      })
+      yield* Metric.update(Metric.withAttributes(sized, { kind: "a" }), 0.1)
+      yield* Metric.update(Metric.withAttributes(sized, { kind: "b" }), 7)
+      yield* Metric.update(Metric.withAttributes(sized, { kind: "b" }), 70)
 
       const text = yield* Prometheus.exposition
       const families = parse(text)
@@ -94,19 +96,14 @@ describe("Prometheus", () => {
 
   it.effect("a summary: its quantiles, _sum and _count; a quantile with no data is NaN", () =>
     Effect.gen(function* () {
-      const options = {
-        maxAge: "1 minute",
-        maxSize: 100,
-        error: 0.01,
-        quantiles: [0.5, 0.9],
-      } as const
-      const rtt = Metric.summary({ name: "p3_rtt_seconds", description: "RTT", ...options })
+      const options = { maxAge: "1 minute", maxSize: 100, quantiles: [0.5, 0.9] } as const
+      const rtt = Metric.summary("p3_rtt_seconds", { description: "RTT", ...options })
       for (let i = 1; i <= 10; i++) yield* Metric.update(rtt, i)
-      const idle = Metric.summary({ name: "p3_idle_seconds", ...options })
+      const idle = Metric.summary("p3_idle_seconds", options)
       yield* Metric.value(idle)
 
       const state = yield* Metric.value(rtt)
-      const q = (p: number) => String(Option.getOrThrow(state.quantiles.find(([x]) => x === p)![1]))
+      const q = (p: number) => String(state.quantiles.find(([x]) => x === p)![1]!)
       const families = parse(yield* Prometheus.exposition)
       expect(family(families, "p3_rtt_seconds")).toEqual({
         name: "p3_rtt_seconds",
@@ -127,9 +124,9 @@ describe("Prometheus", () => {
     Effect.gen(function* () {
       const words = Metric.frequency("p4_words_total", { description: "Words seen" })
       for (const w of ["b", "a", "b", "b"]) {
-        yield* Metric.update(Metric.tagged(words, "lang", "en"), w)
+        yield* Metric.update(Metric.withAttributes(words, { lang: "en" }), w)
       }
-      yield* Metric.update(Metric.tagged(words, "key", "shadowed"), "c")
+      yield* Metric.update(Metric.withAttributes(words, { key: "shadowed" }), "c")
 
       const text = yield* Prometheus.exposition
       const families = parse(text)
@@ -150,9 +147,9 @@ describe("Prometheus", () => {
       const metric = Metric.counter("p5.odd-name total", {
         description: 'Help with a \\ backslash\nand a second line "quoted"',
       })
-      yield* Metric.increment(Metric.tagged(metric, "path", awkward))
-      yield* Metric.increment(Metric.tagged(metric, "bad-label.name", "x"))
-      yield* Metric.set(Metric.gauge("9p5_leading_digit"), 1)
+      yield* Metric.update(Metric.withAttributes(metric, { path: awkward }), 1)
+      yield* Metric.update(Metric.withAttributes(metric, { "bad-label.name": "x" }), 1)
+      yield* Metric.update(Metric.gauge("9p5_leading_digit"), 1)
 
       const text = yield* Prometheus.exposition
       const families = parse(text)
@@ -173,9 +170,9 @@ describe("Prometheus", () => {
   it.effect("formats +Inf, -Inf and NaN", () =>
     Effect.gen(function* () {
       const g = Metric.gauge("p6_special")
-      yield* Metric.set(Metric.tagged(g, "v", "pinf"), Infinity)
-      yield* Metric.set(Metric.tagged(g, "v", "ninf"), -Infinity)
-      yield* Metric.set(Metric.tagged(g, "v", "nan"), NaN)
+      yield* Metric.update(Metric.withAttributes(g, { v: "pinf" }), Infinity)
+      yield* Metric.update(Metric.withAttributes(g, { v: "ninf" }), -Infinity)
+      yield* Metric.update(Metric.withAttributes(g, { v: "nan" }), NaN)
       const text = yield* Prometheus.exposition
       expect(lines(text, "p6_special")).toEqual([
         `p6_special{v="nan"} NaN`,
@@ -191,11 +188,11 @@ describe("Prometheus", () => {
   it.effect("one type per family and one sample per series, whatever the registry holds", () =>
     Effect.gen(function* () {
       // Same name, other types: the family stays a counter and the gauge is left out.
-      yield* Metric.increment(Metric.counter("p7_clash"))
-      yield* Metric.set(Metric.gauge("p7_clash"), 42)
+      yield* Metric.update(Metric.counter("p7_clash"), 1)
+      yield* Metric.update(Metric.gauge("p7_clash"), 42)
       // Same name and labels, other descriptions: one series, the first help text.
-      yield* Metric.incrementBy(Metric.counter("p7_dup_total", { description: "A" }), 1)
-      yield* Metric.incrementBy(Metric.counter("p7_dup_total", { description: "B" }), 5)
+      yield* Metric.update(Metric.counter("p7_dup_total", { description: "A" }), 1)
+      yield* Metric.update(Metric.counter("p7_dup_total", { description: "B" }), 5)
 
       const text = yield* Prometheus.exposition
       const families = parse(text)
@@ -215,8 +212,8 @@ describe("Prometheus", () => {
 
   it.effect("deterministic: families sorted by name, the same text twice", () =>
     Effect.gen(function* () {
-      yield* Metric.increment(Metric.counter("p8_b_total"))
-      yield* Metric.increment(Metric.counter("p8_a_total"))
+      yield* Metric.update(Metric.counter("p8_b_total"), 1)
+      yield* Metric.update(Metric.counter("p8_a_total"), 1)
       const first = yield* Prometheus.exposition
       const second = yield* Prometheus.exposition
       expect(second).toBe(first)
@@ -235,7 +232,7 @@ describe("Prometheus", () => {
       handler: (input) =>
         Effect.gen(function* () {
           const words = input.text.split(" ").length
-          yield* Metric.incrementBy(Metric.tagged(handled, "source", "handler"), words)
+          yield* Metric.update(Metric.withAttributes(handled, { source: "handler" }), words)
           return { words }
         }),
     })

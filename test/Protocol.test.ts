@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Either } from "effect"
+import { Result } from "effect"
 import fc from "fast-check"
 import { readFileSync } from "node:fs"
 import {
@@ -317,7 +317,7 @@ describe("Protocol", () => {
     ])("refuses the failure code %j", (code) => {
       const message: OutboundMessage = { type: "failure", task_id: "t", code, message: "m" }
       expect(() => encodeMessage(message)).toThrow(MessageEncodeError)
-      expect(Either.isLeft(encodeMessageText(message))).toBe(true)
+      expect(Result.isFailure(encodeMessageText(message))).toBe(true)
     })
 
     it("accepts a failure code of 64 characters", () => {
@@ -346,8 +346,10 @@ describe("Protocol", () => {
     ])("refuses a non-finite number in a response (%s)", (_, response, path) => {
       const success: OutboundMessage = { type: "success", task_id: "t", response }
       expect(() => encodeMessage(success)).toThrow(MessageEncodeError)
-      const left = Either.flip(encodeMessageText(success))
-      expect(Either.isRight(left) && left.right.message).toContain(`${path} is a non-finite number`)
+      const left = Result.flip(encodeMessageText(success))
+      expect(Result.isSuccess(left) && left.success.message).toContain(
+        `${path} is a non-finite number`,
+      )
       expect(() =>
         encodeMessage({ type: "progress", task_id: "t", progress: 0.5, payload: response })
       )

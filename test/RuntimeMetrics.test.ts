@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import process from "node:process"
-import { Effect, TestClock } from "effect"
+import { Effect, Metric } from "effect"
+import { TestClock } from "effect/testing"
 import { VERSION } from "../src/internal/version.ts"
 import * as Prometheus from "../src/Prometheus.ts"
 import * as RuntimeMetrics from "../src/RuntimeMetrics.ts"
@@ -32,7 +33,7 @@ describe("RuntimeMetrics", () => {
     expect(RuntimeMetrics.reportsGc).toBe(!isDeno)
   })
 
-  it.scoped("samples at once, then on its schedule: sdk info, lag, CPU, memory, heap", () =>
+  it.effect("samples at once, then on its schedule: sdk info, lag, CPU, memory, heap", () =>
     Effect.gen(function* () {
       yield* RuntimeMetrics.make({ interval: "5 seconds" })
       const first = yield* scrape
@@ -101,6 +102,37 @@ describe("RuntimeMetrics", () => {
       const lag = value(yield* scrape, "event_loop_lag_seconds", { component: "worker" })
       expect(lag).toBeGreaterThan(0.1)
       expect(lag).toBeLessThan(1)
+    }).pipe(Effect.scoped))
+
+  it.live("samples into the registry it runs with, garbage collections included", () =>
+    Effect.gen(function* () {
+      const registry: Metric.MetricRegistry = new Map()
+      const own = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+        Effect.provideService(effect, Metric.MetricRegistry, registry)
+      // Another sampler, on the default registry, shares the process' one gc observer.
+      yield* RuntimeMetrics.make()
+      yield* own(RuntimeMetrics.make())
+      let keep: Array<{ readonly i: number }> = []
+      for (let round = 0; round < 20; round++) {
+        keep = []
+        for (let i = 0; i < 50_000; i++) keep.push({ i })
+      }
+      yield* Effect.sleep("50 millis")
+      const text = yield* own(Prometheus.exposition)
+      const families = parse(text)
+      expect(
+        value(families, "worker_sdk_info", { version: VERSION, runtime: RuntimeMetrics.runtime }),
+      )
+        .toBe(1)
+      expect(value(families, "worker_task_retries_total")).toBe(0)
+      if (RuntimeMetrics.reportsGc) {
+        const count = (text: string) =>
+          Number(/^nodejs_gc_duration_seconds_count\{kind="minor"\} (\d+)$/m.exec(text)?.[1])
+        expect(count(text)).toBeGreaterThan(0)
+        // The default registry hears the same pauses, from an earlier start.
+        expect(count(yield* Prometheus.exposition)).toBeGreaterThanOrEqual(count(text))
+      }
+      expect(keep).toHaveLength(50_000)
     }).pipe(Effect.scoped))
 
   it.live("garbage collections, where the runtime reports them", () =>

@@ -14,7 +14,7 @@ const load = (
   defaults: Settings.SettingsDefaults = definition,
 ) =>
   Settings.make(defaults, overrides).pipe(
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))),
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env })),
   )
 
 const loadError = (
@@ -236,6 +236,46 @@ describe("Settings", () => {
         expect(error.message.startsWith("Invalid worker settings: ")).toBe(true)
       }))
 
+    it.effect("says what is wrong with each variable, in the words it always had", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({
+          WORKER_CONCURRENCY: "many",
+          WORKER_DELIVERY_LIMIT: "0",
+          WORKER_SHUTDOWN_GRACE_S: "-1",
+          WORKER_PROGRESS_MIN_INTERVAL_S: "soon",
+          HOSTNAME: "  ",
+          WORKER_TRANSPORT: "kafka",
+          WORKER_JOB_MAX_TASKS: "1.5",
+          WORKER_JOB_IDLE_TIMEOUT_S: "0",
+          LOG_LEVEL: "loud",
+          WORKER_LOG_ERROR_TEXT: "y",
+        })
+        expect(error.problems).toEqual([
+          'WORKER_CONCURRENCY: Expected an integer value but received "many"',
+          "deliveryLimit (WORKER_DELIVERY_LIMIT) must be an integer from 1 to 2147483647, got 0",
+          "shutdownGrace (WORKER_SHUTDOWN_GRACE_S) must be a finite duration, not negative",
+          'WORKER_PROGRESS_MIN_INTERVAL_S: Expected a number value but received "soon"',
+          "hostname (HOSTNAME) must not be empty",
+          'WORKER_TRANSPORT: Expected one of (amqp, memory) but received "kafka"',
+          'WORKER_JOB_MAX_TASKS: Expected an integer value but received "1.5"',
+          "jobIdleTimeout (WORKER_JOB_IDLE_TIMEOUT_S) must be a finite duration above zero",
+          'LOG_LEVEL: must be debug, info, warning, error, critical or none, got "loud"',
+          'WORKER_LOG_ERROR_TEXT: Expected a boolean value but received "y"',
+        ])
+      }))
+
+    it.effect("refuses a duration in code that names none", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({}, {
+          shutdownGrace: {},
+          taskTimeout: "soon" as Duration.Input,
+        })
+        expect(error.problems).toEqual([
+          "shutdownGrace (WORKER_SHUTDOWN_GRACE_S) is not a duration",
+          "taskTimeout (WORKER_TASK_TIMEOUT_S) is not a duration",
+        ])
+      }))
+
     it.effect("lists several parse errors", () =>
       Effect.gen(function* () {
         const error = yield* loadError({ WORKER_CONCURRENCY: "x", WORKER_TASK_TIMEOUT_S: "y" })
@@ -283,6 +323,57 @@ describe("Settings", () => {
           WORKER_RETRY_BACKOFF_MAX_S: "5",
         })
         expect(error.problems).toEqual(["retryBackoffBase must not exceed retryBackoffMax"])
+      }))
+  })
+
+  describe("LOG_LEVEL and WORKER_LOG_ERROR_TEXT", () => {
+    it.effect("take Python's level names and Effect's, in any case, as Effect's levels", () =>
+      Effect.gen(function* () {
+        expect((yield* load()).logLevel).toBe("Info")
+        const levels: ReadonlyArray<readonly [string, LogLevel.LogLevel]> = [
+          ["trace", "Trace"],
+          ["debug", "Debug"],
+          ["info", "Info"],
+          ["warning", "Warn"],
+          ["warn", "Warn"],
+          ["error", "Error"],
+          ["critical", "Fatal"],
+          ["fatal", "Fatal"],
+          ["none", "None"],
+          [" WARNING ", "Warn"],
+          ["Info", "Info"],
+        ]
+        for (const [name, level] of levels) {
+          expect((yield* load({ LOG_LEVEL: name })).logLevel, name).toBe(level)
+        }
+        expect((yield* load({ LOG_LEVEL: "debug" }, { logLevel: "Warn" })).logLevel).toBe("Warn")
+      }))
+
+    it.effect("take true/yes/on/1 and false/no/off/0, and nothing else", () =>
+      Effect.gen(function* () {
+        expect((yield* load()).logErrorText).toBe(true)
+        for (const yes of ["true", "yes", "on", "1"]) {
+          expect((yield* load({ WORKER_LOG_ERROR_TEXT: yes })).logErrorText, yes).toBe(true)
+        }
+        for (const no of ["false", "no", "off", "0"]) {
+          expect((yield* load({ WORKER_LOG_ERROR_TEXT: no })).logErrorText, no).toBe(false)
+        }
+        for (const other of ["y", "n", "TRUE", "enabled"]) {
+          const error = yield* loadError({ WORKER_LOG_ERROR_TEXT: other })
+          expect(error.problems, other).toHaveLength(1)
+          expect(error.problems[0]).toContain("WORKER_LOG_ERROR_TEXT")
+        }
+      }))
+  })
+
+  describe("an empty variable", () => {
+    // Effect 4's environment providers read an empty variable as an unset one.
+    it.effect("is unset: the default applies", () =>
+      Effect.gen(function* () {
+        const s = yield* load({ IN_QUEUE_NAME: "", WORKER_CONCURRENCY: "", BROKER_URL: "" })
+        expect(s.inQueue).toBe("count-words_queue_in")
+        expect(s.concurrency).toBe(1)
+        expect(Option.isNone(s.brokerUrl)).toBe(true)
       }))
   })
 
@@ -434,9 +525,9 @@ describe("Settings", () => {
       expectTypeOf<Settings.WorkerMode>().toEqualTypeOf<"service" | "job">()
     })
 
-    it("let code give durations as DurationInput, the broker URL as a string, any key left out", () => {
+    it("let code give durations as Duration.Input, the broker URL as a string, any key left out", () => {
       expectTypeOf<Settings.SettingsOverrides["shutdownGrace"]>().toEqualTypeOf<
-        Duration.DurationInput | undefined
+        Duration.Input | undefined
       >()
       expectTypeOf<Settings.SettingsOverrides["brokerUrl"]>().toEqualTypeOf<
         string | Redacted.Redacted<string> | undefined

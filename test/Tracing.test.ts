@@ -1,22 +1,12 @@
 import { describe, expect, it } from "@effect/vitest"
-import { NodeSdk } from "@effect/opentelemetry"
+import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
 import { SpanKind, SpanStatusCode } from "@opentelemetry/api"
 import {
   InMemorySpanExporter,
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base"
-import {
-  Context,
-  Effect,
-  FiberRef,
-  FiberRefs,
-  HashMap,
-  Logger,
-  Option,
-  Schema,
-  Tracer,
-} from "effect"
+import { Context, Effect, Logger, Option, References, Schema, Tracer } from "effect"
 import {
   DELIVERY_SPAN,
   formatTraceparent,
@@ -82,7 +72,7 @@ const runOnBroker = (
   Effect.gen(function* () {
     const broker = yield* MemoryBroker.MemoryBroker
     const settings = yield* Settings.Settings
-    yield* Worker.start(counting)
+    yield* Worker.consume(counting)
     for (const m of messages) {
       yield* broker.publish(settings.inQueue, m.body, m.headers ? { headers: m.headers } : {})
     }
@@ -222,13 +212,10 @@ describe("Tracing", () => {
   it.live("the lines a traced delivery logs are in its trace, a delivery that does not run too", () => {
     const { layer } = otel()
     const lines: Array<{ readonly task: unknown; readonly traceId: string | undefined }> = []
-    const logger = Logger.make(({ annotations, context }) => {
-      const span = Context.getOption(
-        FiberRefs.getOrDefault(context, FiberRef.currentContext),
-        Tracer.ParentSpan,
-      )
+    const logger = Logger.make(({ fiber }) => {
+      const span = Context.getOption(fiber.context, Tracer.ParentSpan)
       lines.push({
-        task: HashMap.unsafeGet(annotations, "task_id"),
+        task: fiber.getRef(References.CurrentLogAnnotations).task_id,
         traceId: Option.isSome(span) ? span.value.traceId : undefined,
       })
     })
@@ -252,7 +239,7 @@ describe("Tracing", () => {
     }).pipe(
       Effect.scoped,
       Effect.provide(memoryEnvironment(counting)),
-      Effect.provide(Logger.replace(Logger.defaultLogger, logger)),
+      Effect.provide(Logger.layer([logger])),
       Effect.provide(layer),
     )
   })

@@ -7,11 +7,10 @@ import {
   Effect,
   Fiber,
   Layer,
-  Logger,
-  LogLevel,
+  References,
   Schema,
-  TestClock,
 } from "effect"
+import { TestClock } from "effect/testing"
 import * as Net from "node:net"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Probes from "../src/Probes.ts"
@@ -65,7 +64,7 @@ const outbound = Effect.gen(function* () {
 /** Steps the TestClock by `step` until `check` holds, at most `limit` steps. */
 const stepUntil = (
   check: Effect.Effect<boolean, never, MemoryBroker.MemoryBroker | Settings.Settings>,
-  step: Duration.DurationInput,
+  step: Duration.Input,
   limit: number,
 ) =>
   Effect.gen(function* () {
@@ -73,7 +72,7 @@ const stepUntil = (
       if (yield* check) return i
       yield* TestClock.adjust(step)
     }
-    return yield* Effect.dieMessage("the condition never held")
+    return yield* Effect.die(new Error("the condition never held"))
   })
 
 describe("Worker", () => {
@@ -262,9 +261,9 @@ describe("Worker", () => {
   })
 
   describe("a handler's requirements", () => {
-    class Dictionary extends Context.Tag("test/Dictionary")<Dictionary, {
+    class Dictionary extends Context.Service<Dictionary, {
       readonly isWord: (word: string) => boolean
-    }>() {}
+    }>()("test/Dictionary") {}
 
     const dictionaryWorker = Worker.make({
       name: "count-words",
@@ -288,7 +287,7 @@ describe("Worker", () => {
       expect(Effect.isEffect(unprovided)).toBe(true)
     })
 
-    it.scoped("are given to the handler when provided", () =>
+    it.effect("are given to the handler when provided", () =>
       Effect.gen(function* () {
         const harness = yield* WorkerHarness.make(dictionaryWorker).pipe(
           Effect.provideService(Dictionary, { isWord: (word) => /^[a-z]+$/.test(word) }),
@@ -314,7 +313,7 @@ describe("Worker", () => {
       return Effect.gen(function* () {
         const broker = yield* MemoryBroker.MemoryBroker
         const settings = yield* Settings.Settings
-        const serving = yield* Effect.fork(Worker.serve(flaky))
+        const serving = yield* Effect.forkChild(Worker.serve(flaky))
         yield* broker.publish(settings.inQueue, envelope("t-flaky", { text: "a b c" }))
         yield* stepUntil(
           Effect.map(outbound, (ms) => ms.some((m) => m.data.message_type === "success")),
@@ -360,7 +359,7 @@ describe("Worker", () => {
       return Effect.gen(function* () {
         const broker = yield* MemoryBroker.MemoryBroker
         const settings = yield* Settings.Settings
-        const serving = yield* Effect.fork(Worker.serve(busy))
+        const serving = yield* Effect.forkChild(Worker.serve(busy))
         for (let i = 0; i < 10; i++) {
           yield* broker.publish(settings.inQueue, envelope(`t-${i}`, { text: "x ".repeat(i) }))
         }
@@ -400,10 +399,10 @@ describe("Worker.layerConfig", () => {
       })
       const layer = Worker.layerConfig(
         worker,
-        Config.all({ inQueue: Config.string("APP_WORKER_QUEUE") }),
+        Config.all({ inQueue: Config.String("APP_WORKER_QUEUE") }),
       )
       const error = yield* Effect.flip(Layer.build(layer).pipe(Effect.scoped)).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({})),
       )
       expect(String(error.message ?? error)).toContain("APP_WORKER_QUEUE")
     }))
@@ -455,5 +454,5 @@ describe("Worker.layerMemory with Probes.layer", () => {
       expect(yield* Effect.promise(() => ready.json())).toMatchObject({
         components: { broker: { status: "ok" }, draining: { status: "ok" } },
       })
-    }).pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Warning)))
+    }).pipe(Effect.scoped, Effect.provideService(References.MinimumLogLevel, "Warn")))
 })

@@ -35,7 +35,7 @@ const worker = Worker.make({
 })
 
 describe("a worker's error mapping", () => {
-  it.scoped("maps each tagged error to its code and retry policy", () =>
+  it.effect("maps each tagged error to its code and retry policy", () =>
     Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(worker)
       ;(yield* harness.submit({ id: "gone" })).assertFailed({ code: "NOT_FOUND" })
@@ -46,7 +46,7 @@ describe("a worker's error mapping", () => {
       ;(yield* harness.submit({ id: "here" })).assertSucceeded()
     }))
 
-  it.scoped("maps an async handler's rejections by their tag", () =>
+  it.effect("maps an async handler's rejections by their tag", () =>
     Effect.gen(function* () {
       const asyncWorker = Worker.make({
         name: "lookup-async",

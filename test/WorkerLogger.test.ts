@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "@effect/vitest"
-import { Cause, Effect, HashMap, Logger, LogLevel, Schema } from "effect"
+import { Cause, Effect, Logger, type LogLevel, Schema } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError } from "../src/WorkerError.ts"
@@ -15,9 +15,9 @@ const line = (options: {
 }) =>
   JSON.parse(WorkerLogger.format({
     date: new Date("2026-11-29T12:00:00.000Z"),
-    logLevel: options.level ?? LogLevel.Info,
+    logLevel: options.level ?? "Info",
     message: options.message ?? "hello",
-    annotations: HashMap.fromIterable(Object.entries(options.annotations ?? {})),
+    annotations: options.annotations ?? {},
     cause: options.cause ?? Cause.empty,
     errorText: options.errorText,
     redact: options.redact,
@@ -27,14 +27,9 @@ describe("WorkerLogger", () => {
   it("writes ts, level, logger and msg first, then task_id, service and attempt, then the rest", () => {
     const text = WorkerLogger.format({
       date: new Date("2026-11-29T12:00:00.000Z"),
-      logLevel: LogLevel.Info,
+      logLevel: "Info",
       message: "Delivery settled: outcome=success action=conclude attempt=1/5",
-      annotations: HashMap.fromIterable<string, unknown>([
-        ["outcome", "success"],
-        ["attempt", 1],
-        ["service", "count-words"],
-        ["task_id", "t-1"],
-      ]),
+      annotations: { outcome: "success", attempt: 1, service: "count-words", task_id: "t-1" },
       cause: Cause.empty,
     })
     expect(Object.keys(JSON.parse(text))).toEqual([
@@ -58,10 +53,10 @@ describe("WorkerLogger", () => {
   })
 
   it("names levels as Python does", () => {
-    expect(line({ level: LogLevel.Warning }).level).toBe("WARNING")
-    expect(line({ level: LogLevel.Fatal }).level).toBe("CRITICAL")
-    expect(line({ level: LogLevel.Debug }).level).toBe("DEBUG")
-    expect(line({ level: LogLevel.Error }).level).toBe("ERROR")
+    expect(line({ level: "Warn" }).level).toBe("WARNING")
+    expect(line({ level: "Fatal" }).level).toBe("CRITICAL")
+    expect(line({ level: "Debug" }).level).toBe("DEBUG")
+    expect(line({ level: "Error" }).level).toBe("ERROR")
   })
 
   it("takes `logger` from the annotations and joins a message of several parts", () => {
@@ -73,7 +68,7 @@ describe("WorkerLogger", () => {
 
   it("gives a cause's kinds, and its first error's message and stack, with secrets redacted", () => {
     const secret = "payload-marker-4711"
-    const cause = Cause.sequential(
+    const cause = Cause.combine(
       Cause.fail(new TypeError(`boom at amqp://guest:${secret}@host`)),
       Cause.die(new FatalError({ code: "X", message: "second" })),
     )
@@ -82,7 +77,7 @@ describe("WorkerLogger", () => {
     expect(l.error_message).toBe("TypeError: boom at amqp://guest:***@host")
     expect(String(l.error_stack)).toContain("TypeError: boom at amqp://guest:***@host")
     expect(JSON.stringify(l)).not.toContain(secret)
-    expect(line({ cause: Cause.interrupt(Cause.empty as never) }).error_type).toBeDefined()
+    expect(line({ cause: Cause.interrupt() }).error_type).toBeDefined()
   })
 
   it("with errorText off (WORKER_LOG_ERROR_TEXT=false), a cause's kinds only, never its text", () => {
@@ -117,15 +112,34 @@ describe("WorkerLogger", () => {
       }
     }).pipe(
       Effect.provide(
-        Logger.replace(
-          Logger.defaultLogger,
-          Logger.make(({ message }) => seen.push(String(message))),
-        ),
+        Logger.layer([Logger.make(({ message }) => seen.push(String(message)))]),
       ),
     ))
 
+  it.effect("its layer keeps Effect's tracer logger: a line logged in a span is an event of it", () =>
+    Effect.gen(function* () {
+      const spy = vi.spyOn(console, "log").mockImplementation(() => {})
+      try {
+        const span = yield* Effect.logInfo("in a span").pipe(
+          Effect.andThen(Effect.currentSpan),
+          Effect.annotateLogs({ task_id: "t-10" }),
+          Effect.withSpan("a task"),
+          Effect.provide(WorkerLogger.layer),
+        )
+        expect(spy).toHaveBeenCalledTimes(1)
+        const events = (span as unknown as {
+          readonly events: ReadonlyArray<readonly [string, bigint, Record<string, unknown>]>
+        }).events
+        expect(events.map(([name, , attributes]) => [name, attributes.task_id])).toEqual([
+          ["in a span", "t-10"],
+        ])
+      } finally {
+        spy.mockRestore()
+      }
+    }))
+
   const seen: Array<string> = []
-  it.scoped("a worker run inside an app keeps the app's logger: the SDK adds none", () =>
+  it.effect("a worker run inside an app keeps the app's logger: the SDK adds none", () =>
     Effect.gen(function* () {
       const spy = vi.spyOn(console, "log")
       try {
@@ -147,10 +161,7 @@ describe("WorkerLogger", () => {
       }
     }).pipe(
       Effect.provide(
-        Logger.replace(
-          Logger.defaultLogger,
-          Logger.make(({ message }) => seen.push(String(message))),
-        ),
+        Logger.layer([Logger.make(({ message }) => seen.push(String(message)))]),
       ),
     ))
 })

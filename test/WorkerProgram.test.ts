@@ -44,7 +44,7 @@ describe("WorkerProgram", () => {
     return Effect.gen(function* () {
       const broker = yield* MemoryBroker.MemoryBroker
       const settings = yield* Settings.Settings
-      yield* WorkerProgram.start(worker, { throttle: recording })
+      yield* WorkerProgram.consume(worker, { throttle: recording })
       yield* broker.publish(settings.inQueue, envelope("t-1")).pipe(Effect.orDie)
       const types = publishedTypes(broker, settings.outQueue, "t-1")
       yield* waitUntil(() => Effect.map(types, (t) => t.includes("success")), "t-1 concludes")
@@ -67,9 +67,9 @@ describe("WorkerProgram", () => {
       const watched = Transport.of({
         ...inner,
         publish: (body, type) =>
-          Effect.zipRight(Effect.sync(() => seen.push(type)), inner.publish(body, type)),
+          Effect.andThen(Effect.sync(() => seen.push(type)), inner.publish(body, type)),
       })
-      yield* WorkerProgram.start(worker).pipe(Effect.provideService(Transport, watched))
+      yield* WorkerProgram.consume(worker).pipe(Effect.provideService(Transport, watched))
       yield* broker.publish(settings.inQueue, envelope("t-2")).pipe(Effect.orDie)
       yield* waitUntil(() => seen.includes("success"), "t-2 concludes")
       expect(seen).toEqual(["started", "progress", "success"])

@@ -33,7 +33,12 @@ const settingsOf = (env: Map<string, string>) =>
   Settings.make(
     { name: "count-words", timeout: Duration.seconds(30) },
     { brokerUrl: "amqp://user:secret@rabbitmq:5672/" },
-  ).pipe(Effect.withConfigProvider(ConfigProvider.fromMap(env)))
+  ).pipe(
+    Effect.provideService(
+      ConfigProvider.ConfigProvider,
+      ConfigProvider.fromEnv({ env: Object.fromEntries(env) }),
+    ),
+  )
 
 const checkPod = (pod: any) =>
   Effect.gen(function* () {
@@ -115,7 +120,7 @@ describe("examples/deploy", () => {
     const lines = read("Dockerfile.node-bundle").split("\n")
     const stages = lines.filter((line) => line.startsWith("FROM "))
     // The cache is V8's of the build stage: the image must run the same Node.
-    expect(stages.map((line) => line.split(" ")[1])).toEqual(["node:20-slim", "node:20-slim"])
+    expect(stages.map((line) => line.split(" ")[1])).toEqual(["node:22-slim", "node:22-slim"])
     expect(lines).toContain("COPY worker.mjs bundle/build.mjs bundle/start.cjs ./")
     expect(lines).toContain("RUN node build.mjs ./worker.mjs worker bundle")
     expect(lines.some((line) => line.includes("node bundle/start.cjs --warm"))).toBe(true)
@@ -130,7 +135,7 @@ describe("examples/deploy", () => {
     const lines = read("Dockerfile.deno-bundle").split("\n")
     const stages = lines.filter((line) => line.startsWith("FROM "))
     expect(stages.map((line) => line.split(" ")[1])).toEqual([
-      "node:20-slim",
+      "node:22-slim",
       read("Dockerfile.deno").split("\n").find((line) => line.startsWith("FROM "))!.split(" ")[1],
     ])
     expect(lines).toContain("COPY worker.ts bundle/build.mjs bundle/start.cjs ./")

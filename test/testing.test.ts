@@ -109,7 +109,7 @@ describe("WorkerHarness", () => {
     }
   })
 
-  it.scoped("overriding only the backoff base keeps the production maximum", () =>
+  it.effect("overriding only the backoff base keeps the production maximum", () =>
     Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(worker, {
         settingsOverrides: { retryBackoffBase: "2 millis" },

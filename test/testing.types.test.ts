@@ -13,7 +13,7 @@ const worker = Worker.make({
   // Encoded, `count` is a string: the body the platform sends.
   input: Schema.Struct({ text: Schema.String, count: Schema.NumberFromString }),
   // Encoded, `at` is an ISO string: the response the platform receives.
-  output: Schema.Struct({ text: Schema.String, at: Schema.Date }),
+  output: Schema.Struct({ text: Schema.String, at: Schema.DateFromString }),
   timeout: "5 seconds",
   handler: ({ count, text }) =>
     Effect.succeed({ text: text.repeat(count), at: new Date("2026-01-02T03:04:05.000Z") }),
@@ -58,7 +58,7 @@ describe("the harness's types", () => {
     raw.assertFailed({ code: "INVALID_INPUT" })
   })
 
-  it.scoped("make: the Effect harness is typed alike", () =>
+  it.effect("make: the Effect harness is typed alike", () =>
     Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(worker)
       expectTypeOf(harness).toEqualTypeOf<

@@ -30,7 +30,7 @@ const FIXTURE = join(ROOT, "test/fixtures/chaos/worker.mjs")
 export const CHAOS_VHOST = "async-task-worker-chaos"
 
 export interface ChaosOptions {
-  /** Tasks published (the backlog), before the workers start. */
+  /** Tasks in all: the backlog published before the workers start, and the reserve. */
   readonly tasks: number
   /** Connections of a worker closed by the broker. */
   readonly closes: number
@@ -50,8 +50,18 @@ export interface ChaosOptions {
    * all strike with a backlog left).
    */
   readonly taskMs?: readonly [number, number]
-  /** The faults strike when this fraction of the tasks has concluded, spread evenly (default 0.03..0.85). */
+  /**
+   * The faults strike when this fraction of the tasks published first has concluded, spread
+   * evenly (default 0.03..0.85).
+   */
   readonly faultWindow?: readonly [number, number]
+  /**
+   * Tasks held back (default a fifth of them): before each fault, as many as keep a backlog of
+   * twice what the workers prefetch are published, and the last half only once the last fault
+   * has struck. However slow the faults (seconds of `rabbitmqctl` each) or fast the workers,
+   * every fault strikes with work left, and the work cannot end before it.
+   */
+  readonly reserve?: number
   /** Give up waiting for the last tasks after this long without a new one concluded (default 30 s). */
   readonly stallMs?: number
   /** Give up waiting for the tasks after this long in all (default 10 min). */
@@ -533,13 +543,22 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
   const dropped = new Set(ids.slice(0, options.dropTasks ?? 0))
   const envelope = (id: string) =>
     JSON.stringify({ task_id: id, data: { message_type: "submission", body: { id } } })
-  const toPublish = ids.filter((id) => !dropped.has(id)).map(envelope)
-  for (const id of ids.slice(ids.length - (options.duplicateTasks ?? 0))) {
-    toPublish.push(envelope(id))
-  }
-  const publishedIds = new Set(ids.filter((id) => !dropped.has(id)))
-  await publishTasks(url, inQueue, toPublish)
-  log(`published ${toPublish.length} envelopes on ${CHAOS_VHOST}/${inQueue}`)
+  const order = [
+    ...ids.filter((id) => !dropped.has(id)),
+    ...ids.slice(ids.length - (options.duplicateTasks ?? 0)),
+  ]
+  const publishedIds = new Set(order)
+  const reserve = Math.min(options.reserve ?? Math.floor(order.length / 5), order.length)
+  const first = order.slice(0, order.length - reserve)
+  const heldBack = order.slice(order.length - reserve)
+  let published = first.length
+  /** Spent before the faults: at most half the reserve, the rest published after the last. */
+  let topUpsLeft = Math.floor(reserve / 2)
+  // The faults' thresholds count the tasks of the first batch only, which can all conclude
+  // before the reserve is published.
+  const firstExpected = new Set(first).size
+  await publishTasks(url, inQueue, first.map(envelope))
+  log(`published ${first.length} envelopes on ${CHAOS_VHOST}/${inQueue}, ${reserve} held back`)
 
   // The output queue, read throughout.
   const terminals = new Map<string, Array<Terminal>>()
@@ -681,10 +700,19 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
         ? windowStart
         : windowStart + ((windowEnd - windowStart) * index) / (plan.length - 1)
       while (
-        concludedCount < threshold * expected && Date.now() - t0 < timeoutMs &&
+        concludedCount < threshold * firstExpected && Date.now() - t0 < timeoutMs &&
         Date.now() - lastConcludedAt < stallMs
       ) {
         await sleep(10)
+      }
+      // A backlog for this fault, whatever the faults before it took.
+      const backlog = 2 * options.concurrency * workerCount
+      const topUp = Math.min(topUpsLeft, Math.max(0, backlog - (published - concludedCount)))
+      if (topUp > 0) {
+        await publishTasks(url, inQueue, heldBack.splice(0, topUp).map(envelope))
+        published += topUp
+        topUpsLeft -= topUp
+        log(`published ${topUp} of the envelopes held back, for a backlog at fault ${index + 1}`)
       }
       const at = Date.now()
       const concluded = concludedCount
@@ -833,7 +861,9 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
       )
     }
 
-    // The rest of the tasks.
+    // Every fault has struck: the reserve, then the rest of the tasks.
+    await publishTasks(url, inQueue, heldBack.map(envelope))
+    log(`published the last ${heldBack.length} envelopes held back`)
     while (
       concludedCount < expected &&
       Date.now() - lastConcludedAt < stallMs &&
@@ -1024,7 +1054,7 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
     vhost: CHAOS_VHOST,
     queues: { in: inQueue, out: outQueue },
     tasks: ids.length,
-    published: toPublish.length,
+    published: order.length,
     concluded: terminals.size,
     lost: lostIds.length,
     lostIds,

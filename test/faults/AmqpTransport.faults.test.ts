@@ -5,7 +5,7 @@
  */
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Effect, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Effect, Fiber, Layer, References, Schema } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import { Transport } from "../../src/Transport.ts"
@@ -44,7 +44,7 @@ const worker = (name: string) =>
 const fencingWatch = () => {
   const lost = new Map<string, boolean>()
   let violations = 0
-  const wrap = (transport: Transport["Type"]): Transport["Type"] => ({
+  const wrap = (transport: Transport["Service"]): Transport["Service"] => ({
     ...transport,
     take: Effect.map(transport.take, (next) => {
       if (next._tag === "None") return next
@@ -72,7 +72,7 @@ const fencingWatch = () => {
 
 const runWorker = (
   name: string,
-  wrap: (t: Transport["Type"]) => Transport["Type"],
+  wrap: (t: Transport["Service"]) => Transport["Service"],
   concurrency: number,
 ) => {
   const settings = Settings.layer({ name, timeout: worker(name).timeout }, {
@@ -81,7 +81,7 @@ const runWorker = (
     retryBackoffBase: "10 millis",
     retryBackoffMax: "50 millis",
   })
-  const transport = Layer.scoped(
+  const transport = Layer.effect(
     Transport,
     Effect.map(
       Effect.flatMap(Settings.Settings, (s) =>
@@ -101,7 +101,7 @@ const runWorker = (
   const fiber = Effect.runFork(
     Worker.serve(worker(name)).pipe(
       Effect.provide(transport.pipe(Layer.provideMerge(settings))),
-      Logger.withMinimumLogLevel(LogLevel.Error),
+      Effect.provideService(References.MinimumLogLevel, "Error"),
     ),
   )
   return { stop: () => Effect.runPromise(Fiber.interrupt(fiber)) }

@@ -8,10 +8,11 @@ import {
   Fiber,
   Layer,
   Logger,
-  LogLevel,
   Option,
   Redacted,
+  References,
   Schema,
+  SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
@@ -35,8 +36,9 @@ const runWorker = <A, I, O>(
   overrides: Settings.SettingsOverrides,
 ) => {
   const logs: Array<string> = []
-  const logger = Logger.make(({ annotations, message }) => {
-    const fields = [...annotations].map(([k, v]) => `${k}=${String(v)}`).join(" ")
+  const logger = Logger.make(({ fiber, message }) => {
+    const annotations = fiber.getRef(References.CurrentLogAnnotations)
+    const fields = Object.entries(annotations).map(([k, v]) => `${k}=${String(v)}`).join(" ")
     logs.push(`${Array.isArray(message) ? message.join(" ") : String(message)} ${fields}`)
   })
   const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
@@ -48,8 +50,8 @@ const runWorker = <A, I, O>(
   const fiber = Effect.runFork(
     Worker.serve(worker).pipe(
       Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provide(Logger.replace(Logger.defaultLogger, logger)),
-      Logger.withMinimumLogLevel(LogLevel.Info),
+      Effect.provide(Logger.layer([logger])),
+      Effect.provideService(References.MinimumLogLevel, "Info"),
     ),
   )
   return { logs, stop: () => Effect.runPromise(Fiber.interrupt(fiber)), fiber }
@@ -115,10 +117,10 @@ const firstTake = async (url: string, name: string) => {
         capacity: 1,
       })
       return yield* transport.take
-    })).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
+    })).pipe(Effect.provideService(References.MinimumLogLevel, "None")),
   )
   const failure = Exit.isFailure(exit)
-    ? Option.getOrUndefined(Cause.failureOption(exit.cause))
+    ? Option.getOrUndefined(Cause.findErrorOption(exit.cause))
     : undefined
   const text = JSON.stringify(exit) + (Exit.isFailure(exit) ? Cause.pretty(exit.cause) : "")
   return { failure, text }
@@ -219,7 +221,7 @@ describe("AmqpTransport on RabbitMQ", () => {
               timeout: "10 seconds",
               handler: (_input, ctx) =>
                 Effect.sync(() => attempts.push(ctx.attempt)).pipe(
-                  Effect.zipRight(
+                  Effect.andThen(
                     Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", message: "Down." })),
                   ),
                 ),
@@ -394,10 +396,10 @@ describe("AmqpTransport on RabbitMQ", () => {
             consumerTimeout: "31 minutes",
           })
           for (let i = 0; i < 200; i++) {
-            if ((yield* transport.status.get) === "connected") return "connected"
+            if ((yield* SubscriptionRef.get(transport.status)) === "connected") return "connected"
             yield* Effect.sleep("25 millis")
           }
-          return yield* transport.status.get
+          return yield* SubscriptionRef.get(transport.status)
         })),
       )
       expect(status).toBe("connected")

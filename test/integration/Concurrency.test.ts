@@ -5,7 +5,7 @@
  */
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Effect, Exit, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Effect, Exit, Fiber, Layer, References, Schema } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
@@ -60,13 +60,7 @@ const runWorker = <A, I, O>(
     Worker.serve(worker).pipe(
       Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
       // Decision lines are INFO: only warnings and errors are printed.
-      Effect.provide(Logger.replace(
-        Logger.defaultLogger,
-        Logger.filterLogLevel(
-          Logger.defaultLogger,
-          LogLevel.greaterThanEqual(LogLevel.Warning),
-        ),
-      )),
+      Effect.provideService(References.MinimumLogLevel, "Warn"),
     ),
   )
   return {

@@ -1,23 +1,23 @@
 /**
  * The worker inside an Effect app, as a user composes it: an app with its own `Database`
- * service, the worker as `Worker.layer`, and the app's own `@effect/platform` routes with the
- * worker's probes mounted, on the real RabbitMQ. The whole lifecycle runs in the layer: startup
- * hooks before the first task, the drain on the app's shutdown, shutdown hooks after it, the
- * transport closed, and only then the app's own finalizers.
+ * service, the worker as `Worker.layer`, and the app's own `effect/http` routes with the
+ * worker's probes added under a prefix, on the real RabbitMQ. The whole lifecycle runs in the
+ * layer: startup hooks before the first task, the drain on the app's shutdown, shutdown hooks
+ * after it, the transport closed, and only then the app's own finalizers.
  */
-import * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Context, Effect, Exit, Layer, Logger, LogLevel, Schema, Scope } from "effect"
+import { Cause, Context, Effect, Exit, Layer, References, Schema, Scope } from "effect"
+import * as HttpEffect from "effect/http/HttpEffect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Probes from "../../src/Probes.ts"
 import * as Worker from "../../src/Worker.ts"
 import { TransportError } from "../../src/WorkerError.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 
-class Database extends Context.Tag("app/Database")<Database, {
+class Database extends Context.Service<Database, {
   readonly record: (event: string) => Effect.Effect<void>
-}>() {}
+}>()("app/Database") {}
 
 /**
  * The app's database: what happens to it, in order, is the test's record. As it closes, it
@@ -27,7 +27,7 @@ const databaseLayer = (
   events: Array<string>,
   beforeClose: { check?: Effect.Effect<string> } = {},
 ) =>
-  Layer.scoped(
+  Layer.effect(
     Database,
     Effect.acquireRelease(
       Effect.sync(() => {
@@ -93,25 +93,25 @@ describe("the worker inside an Effect app", () => {
       const scope = Effect.runSync(Scope.make())
       try {
         const context = await Effect.runPromise(
-          Layer.buildWithScope(app, scope).pipe(Logger.withMinimumLogLevel(LogLevel.Warning)),
+          Layer.buildWithScope(app, scope).pipe(
+            Effect.provideService(References.MinimumLogLevel, "Warn"),
+          ),
         )
         // Built once started and connected: the startup hook ran, before any task.
         expect(events).toEqual(["database opened", "startup hook"])
         beforeClose.check = brokerProbe(Context.get(context, Probes.WorkerProbes))
 
-        // The app's own routes, the worker's probes mounted beside them, served by
-        // @effect/platform's web handler.
+        // The app's own routes and the worker's probes under /worker, in the app's router,
+        // served by Effect's web handler.
         const routes = await Effect.runPromise(
-          Effect.map(
-            Probes.workerRouter.pipe(Effect.provide(context), Scope.extend(scope)),
-            (probes) =>
-              HttpRouter.empty.pipe(
-                HttpRouter.get("/hello", HttpServerResponse.text("hello")),
-                HttpRouter.mount("/worker", probes),
-              ),
-          ),
+          HttpRouter.toHttpEffect(
+            Layer.mergeAll(
+              HttpRouter.add("GET", "/hello", HttpServerResponse.text("hello")),
+              Probes.layerRoutes({ prefix: "/worker" }),
+            ),
+          ).pipe(Effect.provide(context), Scope.provide(scope)),
         )
-        const handler = HttpApp.toWebHandler(routes)
+        const handler = HttpEffect.toWebHandler(routes)
         const get = async (path: string) => {
           const response = await handler(new Request(`http://app.test${path}`))
           return { status: response.status, text: await response.text() }
@@ -177,11 +177,17 @@ describe("the worker inside an Effect app", () => {
       settings: { brokerUrl: urlFor(QUORUM_VHOST, "not-the-password") },
     }).pipe(Layer.provideMerge(databaseLayer(events)))
     const exit = await Effect.runPromiseExit(
-      Effect.scoped(Layer.build(app)).pipe(Logger.withMinimumLogLevel(LogLevel.None)),
+      Effect.scoped(Layer.build(app)).pipe(
+        Effect.provideService(References.MinimumLogLevel, "None"),
+      ),
     )
     expect(Exit.isFailure(exit)).toBe(true)
     if (Exit.isSuccess(exit)) return
-    const error = exit.cause._tag === "Fail" ? exit.cause.error : undefined
+    // One failure, and nothing else, in the cause.
+    const [reason, ...others] = exit.cause.reasons
+    const error = others.length === 0 && reason !== undefined && Cause.isFailReason(reason)
+      ? reason.error
+      : undefined
     expect(error).toBeInstanceOf(TransportError)
     expect((error as TransportError).reason).toBe("access_refused")
     expect((error as TransportError).message).not.toContain("not-the-password")

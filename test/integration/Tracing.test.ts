@@ -3,10 +3,10 @@
  * through amqplib, and the worker's own messages carry theirs.
  */
 import { Buffer } from "node:buffer"
-import { NodeSdk } from "@effect/opentelemetry"
+import * as NodeSdk from "@effect/opentelemetry/NodeSdk"
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base"
 import amqp from "amqplib"
-import { Effect, Fiber, Layer, Logger, LogLevel, Schema } from "effect"
+import { Effect, Fiber, Layer, References, Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
@@ -50,7 +50,7 @@ describe("Tracing on RabbitMQ", () => {
           resource: { serviceName: "tracing-integration" },
           spanProcessor: new SimpleSpanProcessor(exporter),
         }))),
-        Logger.withMinimumLogLevel(LogLevel.Warning),
+        Effect.provideService(References.MinimumLogLevel, "Warn"),
       ),
     )
     stop = () => Effect.runPromise(Fiber.interrupt(fiber))

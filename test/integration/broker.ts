@@ -83,6 +83,9 @@ export const platform = async (vhost: string) => {
     count: async (queue: string) => (await channel.checkQueue(queue)).messageCount,
     /** Takes the queue's head message and gives it back `times` times, as crashed workers would. */
     redeliver: async (queue: string, times: number) => {
+      // A quorum queue may not hold a message published just before until its confirm: without
+      // this, the first `get` could find the queue empty.
+      await channel.waitForConfirms()
       for (let i = 0; i < times; i++) {
         const message = await channel.get(queue, { noAck: false })
         if (message === false) throw new Error(`${queue} is empty`)

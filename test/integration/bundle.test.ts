@@ -1,8 +1,9 @@
 /**
  * `examples/deploy/bundle`, as `Dockerfile.node-bundle` and `Dockerfile.deno-bundle` use it: the
  * worker built into one file runs a task, its image-build warm-up writes V8's code cache, and a
- * start reads that cache (or writes a new one when V8 rejects it), on Node and on Deno. Real
- * processes, on the embedded broker: what is tested is the recipe, not RabbitMQ.
+ * start reads that cache (or writes a new one when V8 rejects it), on Node (the one running the
+ * test, or 22 under Deno) and on Deno. Real processes, on the embedded broker: what is tested is
+ * the recipe, not RabbitMQ.
  */
 import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -10,6 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { supportedNode } from "../support/nodes.ts"
 import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const TASK =
@@ -20,23 +22,18 @@ const TASK =
  * with the right to write the cache there when `write`.
  */
 const commandLine = (runtime: "node" | "deno", out: string, write: boolean) =>
-  runtime === "node"
-    ? {
-      command: process.execPath.includes("deno") ? "node" : process.execPath,
-      args: [join(out, "start.cjs")],
-    }
-    : {
-      command: denoBinary(),
-      args: [
-        "run",
-        "--allow-net",
-        "--allow-env",
-        "--allow-read",
-        "--allow-sys",
-        ...(write ? [`--allow-write=${out}`] : []),
-        join(out, "start.cjs"),
-      ],
-    }
+  runtime === "node" ? { command: supportedNode(), args: [join(out, "start.cjs")] } : {
+    command: denoBinary(),
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-env",
+      "--allow-read",
+      "--allow-sys",
+      ...(write ? [`--allow-write=${out}`] : []),
+      join(out, "start.cjs"),
+    ],
+  }
 
 describe.each(
   [
@@ -54,7 +51,7 @@ describe.each(
 
   beforeAll(() => {
     checkBuild()
-    execFileSync("node", ["examples/deploy/bundle/build.mjs", worker, "worker", out], {
+    execFileSync(supportedNode(), ["examples/deploy/bundle/build.mjs", worker, "worker", out], {
       cwd: ROOT,
     })
   })

@@ -467,6 +467,11 @@ const suite = (runtime: Runtime): void => {
       ctx.expect(oneLine()).toContain("WORKER_CONCURRENCY")
     }, 60_000)
 
+    it("a variable set to nothing (IN_QUEUE_NAME=) is a problem, not the default", async (ctx) => {
+      const { oneLine } = await configError(ctx, "quick", { ...env(), IN_QUEUE_NAME: "" })
+      ctx.expect(oneLine()).toContain("inQueue (IN_QUEUE_NAME) must not be empty")
+    }, 60_000)
+
     it("a module that cannot be found: one line on stderr", async (ctx) => {
       const { oneLine } = await configError(ctx, join(FIXTURES, "does-not-exist.mjs"), env())
       ctx.expect(oneLine()).toContain("does-not-exist.mjs")

@@ -9,9 +9,10 @@
 import { spawnSync, type SpawnSyncReturns } from "node:child_process"
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { delimiter, dirname, join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { pathWithoutBins, supportedNode } from "../support/nodes.ts"
 import { baseEnv, checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const FIXTURE = join(ROOT, "test/fixtures/deno-project")
@@ -49,9 +50,15 @@ const cliPermissions = permissionsOf(
   "Deno CLI line",
 )
 
-/** What npm needs from the test's environment: its registry, cache, proxy and CAs, if set. */
+/**
+ * What npm needs from the test's environment: its registry, cache, proxy and CAs, if set; and a
+ * supported Node first on PATH, for npm itself to run on.
+ */
 const npmEnv = (): Record<string, string> => {
-  const env = baseEnv()
+  const env: Record<string, string> = {
+    ...baseEnv(),
+    PATH: [dirname(supportedNode()), pathWithoutBins()].join(delimiter),
+  }
   for (const [key, value] of Object.entries(process.env)) {
     if (value === undefined) continue
     const npmKey = /^npm_config_(registry|cache|userconfig)$/i
@@ -98,10 +105,16 @@ describe("the README's Deno recipe, from a project of its own", () => {
     mkdirSync(packDir)
     mkdirSync(project)
 
-    const packed = run("npm", ["pack", "--json", "--pack-destination", packDir], {
-      cwd: ROOT,
-      env: npmEnv(),
-    })
+    // The build `npm test` made (checked above): `prepack` would delete and rebuild dist/ under
+    // the tests running beside this one.
+    const packed = run(
+      "npm",
+      ["pack", "--ignore-scripts", "--json", "--pack-destination", packDir],
+      {
+        cwd: ROOT,
+        env: npmEnv(),
+      },
+    )
     expect(packed.status, said(packed)).toBe(0)
     const [{ filename }] = JSON.parse(packed.stdout) as [{ filename: string }]
 

@@ -404,8 +404,10 @@ export const misbehaviourSuite = (runtime: Runtime): void => {
 }
 
 const modeSuite = (runtime: Runtime, mode: Mode): void => {
-  describe.sequential(
+  // One process per mode runs every kind in turn: its tests must not run concurrently.
+  describe(
     mode === "memory" ? "on the embedded broker (--memory)" : "on RabbitMQ",
+    { concurrent: false },
     () => {
       let session: Session | undefined
       /** Every task sent, with its kind (`ok` for the task that follows each). */

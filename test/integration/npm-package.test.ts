@@ -1,22 +1,34 @@
 /**
  * The npm package as a Node user gets it (issue 18): the tarball `npm pack` makes from `dist/`,
- * installed with its peers into a fresh project outside the repository (from the registry, or
- * npm's cache); a strict TypeScript worker and a test of it with the typed harness, compiled
- * against the package (`test/fixtures/npm-package/`); the CLI running that worker on the embedded
- * broker: on the system's Node (20 here) from the compiled `.js` through `npx`, on Node 24 from
- * the `.ts` itself, and the one line a Node that cannot strip types answers instead.
+ * installed into a fresh project outside the repository with `npm i <tarball> effect` (today's
+ * Effect, without a peer warning); a strict TypeScript worker, a test of it with the typed
+ * harness and an Effect app of its own, compiled against the package with their declarations
+ * emitted and every library's checked (`test/fixtures/npm-package/`); the app run on RabbitMQ,
+ * its probes served from its own router, drained before its own finalizers; the CLI running the
+ * worker on the embedded broker, on Node 22 from the compiled `.js` through `npx`, on Node 24
+ * from the `.ts` itself; and the one line the CLI answers instead on a Node that strips no types,
+ * and on a Node too old for the SDK (the system's, v20 here).
  *
- * It drives both Nodes itself: it runs in the suite's pass on the system's Node, and is skipped
- * in the passes on Node 24 and Deno.
+ * It drives the Nodes itself: it runs in the suite's pass on Node 22, and is skipped in the passes
+ * on Node 24 and Deno.
  */
-import { spawnSync, type SpawnSyncReturns } from "node:child_process"
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs"
+import { spawn, spawnSync, type SpawnSyncReturns } from "node:child_process"
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+} from "node:fs"
 import { tmpdir } from "node:os"
 import { delimiter, dirname, join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { node24Binary, pathWithoutBins, systemNode } from "../support/nodes.ts"
+import { node22Binary, node24Binary, pathWithoutBins, systemNode } from "../support/nodes.ts"
 import { checkBuild, ROOT } from "../support/runtimes.ts"
+import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 
 interface PackageJson {
   readonly peerDependencies: Record<string, string>
@@ -55,22 +67,39 @@ const show = (result: SpawnSyncReturns<string>) =>
     result.stderr?.slice(-4000)
   }`
 
+/** Its only line on standard error, once it has exited 2 having printed nothing else. */
+const oneLine = (result: SpawnSyncReturns<string>): string => {
+  expect(result.status, show(result)).toBe(2)
+  const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
+  expect(lines, show(result)).toHaveLength(1)
+  expect(result.stdout).toBe("")
+  return lines[0]!
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
 describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", () => {
-  const node20 = onDeno ? "node" : systemNode()
+  const node22 = node22Binary()
   const node24 = node24Binary()
   let dir = ""
   let project = ""
   let packed: ReadonlyArray<string> = []
+  let installed: SpawnSyncReturns<string> | undefined
 
-  /** Runs `command` in the project (or `cwd`) as a user would, on `node`; throws unless it exits 0. */
+  /** Runs `command` in the project (or `cwd`) as a user would, on `node` (22 by default). */
   const run = (
     command: string,
     args: ReadonlyArray<string>,
-    options: { readonly node?: string; readonly cwd?: string; readonly input?: string } = {},
+    options: {
+      readonly node?: string
+      readonly cwd?: string
+      readonly input?: string
+      readonly env?: Record<string, string>
+    } = {},
   ) =>
     spawnSync(command, args, {
       cwd: options.cwd ?? project,
-      env: userEnv(options.node ?? node20),
+      env: { ...userEnv(options.node ?? node22), ...options.env },
       encoding: "utf8",
       input: options.input ?? "",
       timeout: 180_000,
@@ -82,6 +111,7 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
 
   beforeAll(() => {
     checkBuild()
+    ensureVhosts()
     dir = mkdtempSync(join(tmpdir(), "npm-package-"))
     project = join(dir, "project")
     // The build `npm test` made: `prepack` would rebuild dist/ under the tests that run it.
@@ -99,22 +129,28 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
     mkdirSync(project)
     ok(run("npm", ["init", "-y"]), "npm init")
     ok(run("npm", ["pkg", "set", "type=module"]), "npm pkg set")
+    // As the README says it: the package and today's Effect, no version given.
+    installed = run("npm", [
+      "install",
+      "--no-audit",
+      "--no-fund",
+      join(dir, tarball!.filename),
+      "effect",
+    ])
+    ok(installed, "npm install")
     ok(
       run("npm", [
         "install",
-        "--ignore-scripts",
+        "--save-dev",
         "--no-audit",
         "--no-fund",
         "--prefer-offline",
-        join(dir, tarball!.filename),
-        `effect@${pkg.peerDependencies["effect"]}`,
-        `@effect/platform@${pkg.peerDependencies["@effect/platform"]}`,
         `typescript@${pkg.devDependencies["typescript"]}`,
         `@types/node@${pkg.devDependencies["@types/node"]}`,
       ]),
-      "npm install",
+      "npm install --save-dev",
     )
-    for (const file of ["tsconfig.json", "worker.ts", "harness.ts"]) {
+    for (const file of ["tsconfig.json", "worker.ts", "harness.ts", "http.ts", "app.ts"]) {
       cpSync(join(FIXTURES, file), join(project, file))
     }
   }, 300_000)
@@ -124,24 +160,160 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
 
   it("the tarball holds dist/, src/, cli.ts, README.md, LICENSE and package.json, no more", () => {
     const tops = [...new Set(packed.map((path) => path.split("/")[0]))].sort()
-    expect(tops).toEqual(["LICENSE", "README.md", "cli.ts", "dist", "package.json", "src"])
+    expect(tops).toEqual([
+      "CHANGELOG.md",
+      "LICENSE",
+      "README.md",
+      "cli.ts",
+      "dist",
+      "package.json",
+      "src",
+    ])
     expect(packed).toContain("dist/cli.js")
     expect(packed).toContain("dist/index.d.ts")
   })
 
-  it("a strict worker and its typed harness test compile against the package", () => {
-    // tsc exits non-zero on any error, an unused `@ts-expect-error` in harness.ts included.
-    const tsc = run(node20, ["node_modules/typescript/bin/tsc", "-p", "."])
-    expect(tsc.status, show(tsc)).toBe(0)
-    expect(tsc.stdout).toBe("")
-    const harness = run(node20, ["out/harness.js"])
-    expect(harness.status, show(harness)).toBe(0)
-    expect(harness.stdout).toContain(
-      'RESULT {"words":3,"first":"one","types":["started","progress","success"]}',
-    )
-  }, 120_000)
+  it("`npm i <tarball> effect` installs today's Effect, which meets the peer range, unwarned", () => {
+    const said = `${installed!.stdout}\n${installed!.stderr}`
+    expect(said, said).not.toMatch(/peer/i)
+    expect(pkg.peerDependencies).toEqual({ effect: "^4.1.0" })
+    const effect = JSON.parse(
+      readFileSync(join(project, "node_modules/effect/package.json"), "utf8"),
+    ) as { readonly version: string }
+    const [major = 0, minor = 0] = effect.version.split(".").map(Number)
+    expect(major, effect.version).toBe(4)
+    expect(minor, effect.version).toBeGreaterThanOrEqual(1)
+  })
 
-  it("npx async-task-worker runs the compiled worker on the system's Node, --memory", () => {
+  it(
+    "a strict worker, its typed harness test and an Effect app compile against the package, declarations included",
+    () => {
+      // tsc exits non-zero on any error: an unused `@ts-expect-error` in harness.ts, a type
+      // of the app's exports that its declarations cannot name (TS2742), or an error in any
+      // library's declarations (skipLibCheck is off).
+      const tsc = run(node22, ["node_modules/typescript/bin/tsc", "-p", "."])
+      expect(tsc.status, show(tsc)).toBe(0)
+      expect(tsc.stdout).toBe("")
+      const declarations = readFileSync(join(project, "out/app.d.ts"), "utf8")
+      expect(declarations).toContain("export declare const AppLive: ")
+      expect(declarations).toContain("export declare const WorkerLive: ")
+      const harness = run(node22, ["out/harness.js"])
+      expect(harness.status, show(harness)).toBe(0)
+      expect(harness.stdout).toContain(
+        'RESULT {"words":3,"first":"one","types":["started","progress","success"]}',
+      )
+    },
+    120_000,
+  )
+
+  describe.each([["22", node22], ["24", node24]])("the Effect app on Node %s", (_, node) => {
+    it(
+      "runs tasks on RabbitMQ, serves the worker's probes from its own router, and on SIGTERM drains before its own finalizers",
+      async () => {
+        expect(existsSync(join(project, "out/app.js")), "compiled by the test above").toBe(true)
+        const broker = await platform(QUORUM_VHOST)
+        const name = uniqueName("npm-app")
+        const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+        const app = spawn(node, ["out/app.js"], {
+          cwd: project,
+          env: {
+            ...userEnv(node),
+            BROKER_URL: urlFor(QUORUM_VHOST),
+            IN_QUEUE_NAME: inQueue,
+            OUT_QUEUE_NAME: outQueue,
+            APP_PORT: "0",
+            WORKER_CONCURRENCY: "2",
+            WORKER_SHUTDOWN_GRACE_S: "2",
+          },
+          stdio: ["ignore", "pipe", "pipe"],
+        })
+        let output = ""
+        app.stdout.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+        app.stderr.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+        const exited = new Promise<number | null>((resolve) => app.once("close", resolve))
+        const events = () =>
+          output.split("\n").filter((line) => line.startsWith("EVENT ")).map((line) =>
+            line.slice("EVENT ".length)
+          )
+        const waitFor = async <A>(what: string, found: () => A | undefined, ms = 20_000) => {
+          const deadline = Date.now() + ms
+          for (;;) {
+            const value = found()
+            if (value !== undefined) return value
+            if (Date.now() > deadline || app.exitCode !== null) {
+              throw new Error(`the app did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
+            }
+            await sleep(20)
+          }
+        }
+        try {
+          const port = await waitFor(
+            "listen",
+            () => /Listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(output)?.[1],
+          )
+          // Built once the worker had started and connected: the startup hook ran, before any
+          // task, with the Database open.
+          expect(events()).toEqual(["database opened", "startup hook"])
+
+          const get = async (path: string) => {
+            const response = await fetch(`http://127.0.0.1:${port}${path}`)
+            return { status: response.status, text: await response.text() }
+          }
+          expect(await get("/hello")).toEqual({ status: 200, text: "hello" })
+          expect(await get("/worker/health")).toEqual({
+            status: 200,
+            text: '{"status":"ok"}',
+          })
+          const ready = await get("/worker/ready")
+          expect(ready.status).toBe(200)
+          expect(JSON.parse(ready.text).components).toEqual({
+            broker: { status: "ok" },
+            draining: { status: "ok" },
+            database: { status: "ok" },
+          })
+          const metrics = await get("/worker/metrics")
+          expect(metrics.status).toBe(200)
+          expect(metrics.text).toContain("worker_tasks_in_flight")
+
+          broker.publish(inQueue, broker.envelope("t-first", { id: "first", millis: 1 }))
+          await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
+          // Two in flight when the app is interrupted: one ends within the grace, one does not.
+          broker.publish(inQueue, broker.envelope("t-short", { id: "short", millis: 500 }))
+          broker.publish(inQueue, broker.envelope("t-long", { id: "long", millis: 30_000 }))
+          await broker.confirmed()
+          await waitFor(
+            "start both tasks",
+            () =>
+              ["task short started", "task long started"].every((e) => events().includes(e))
+                ? true
+                : undefined,
+          )
+          process.kill(app.pid!, "SIGTERM")
+          const code = await Promise.race([exited, sleep(20_000).then(() => "late" as const)])
+          expect(code, output.slice(-4000)).toBe(0)
+
+          const after = events()
+          expect(after).toEqual(expect.arrayContaining(["task short done", "shutdown hook"]))
+          expect(after).not.toContain("task long done")
+          // The drain, then the worker's shutdown hooks, and only then the app's own finalizer.
+          expect(after.indexOf("task short done")).toBeLessThan(after.indexOf("shutdown hook"))
+          expect(after.at(-1)).toBe("database closed")
+          // The long task was requeued, not concluded: it waits in the queue for a worker.
+          const out = await broker.drain(outQueue)
+          expect(out.filter((m) => m.type === "success").map((m) => JSON.parse(m.text).task_id))
+            .toEqual(["t-short"])
+          expect(await broker.count(inQueue)).toBe(1)
+        } finally {
+          if (app.exitCode === null) app.kill("SIGKILL")
+          await broker.remove(inQueue, outQueue)
+          await broker.close()
+        }
+      },
+      90_000,
+    )
+  })
+
+  it("npx async-task-worker runs the compiled worker on Node 22, --memory", () => {
     const cli = run("npx", ["async-task-worker", "run", "./out/worker.js", "--memory"], {
       input: '{"text":"one two three"}\n',
     })
@@ -165,22 +337,36 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
     expect(harness.stdout).toContain('RESULT {"words":3')
   }, 60_000)
 
-  it("on a Node that strips no types, worker.ts: exit 2 and one line saying what to do", (ctx) => {
-    const strips = run(node20, ["-p", "Boolean(process.features.typescript)"])
-    // The one line is Node 20's (and 22.6 – 22.17's): skipped, said, where the Node strips types.
-    if (ok(strips, "node -p").trim() === "true") return ctx.skip()
-    const cli = run("npx", ["async-task-worker", "run", "./worker.ts", "--memory"], {
-      input: '{"text":"one"}\n',
-    })
-    expect(cli.status, show(cli)).toBe(2)
-    const lines = cli.stderr.split("\n").filter((line) => line.trim() !== "")
-    expect(lines, show(cli)).toHaveLength(1)
-    expect(lines[0]).toMatch(
-      /^async-task-worker: cannot load \.\/worker\.ts: Node v\d+\.\d+\.\d+ .*TypeScript/,
-    )
-    expect(lines[0]).toContain("Node 22.18+ or 24")
-    expect(lines[0]).toContain("Deno")
-    expect(lines[0]).toContain("compile it with tsc")
-    expect(cli.stdout).toBe("")
-  }, 60_000)
+  it(
+    "on a Node that strips no types (22, --no-experimental-strip-types), worker.ts: exit 2 and one line saying what to do",
+    () => {
+      const cli = run("npx", ["async-task-worker", "run", "./worker.ts", "--memory"], {
+        input: '{"text":"one"}\n',
+        env: { NODE_OPTIONS: "--no-experimental-strip-types" },
+      })
+      expect(oneLine(cli)).toMatch(
+        /^async-task-worker: cannot load \.\/worker\.ts: Node v22\.\d+\.\d+ strips no types from \.ts files, as it runs with --no-experimental-strip-types: run it without that flag, or compile it with tsc and run the \.js$/,
+      )
+    },
+    60_000,
+  )
+
+  it(
+    "on a Node older than the SDK supports (the system's), the CLI says what it needs: exit 2, one line",
+    () => {
+      const node20 = systemNode()
+      const version = ok(run(node20, ["--version"], { node: node20 }), "node --version").trim()
+      // The premise: this project's machines have Node 20 as their own.
+      expect(version).toMatch(/^v20\./)
+      const cli = run("npx", ["async-task-worker", "run", "./out/worker.js", "--memory"], {
+        node: node20,
+        input: '{"text":"one"}\n',
+      })
+      expect(oneLine(cli)).toBe(
+        `async-task-worker: Node ${version} is too old: the SDK needs Node 22.19 or later ` +
+          "(22 LTS or 24), or Deno 2",
+      )
+    },
+    60_000,
+  )
 })

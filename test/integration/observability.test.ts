@@ -8,7 +8,7 @@
 import { execFileSync } from "node:child_process"
 import net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Fiber, Logger, Schema } from "effect"
+import { ConfigProvider, Effect, Fiber, Logger, References, Schema } from "effect"
 import * as Lifecycle from "../../src/Lifecycle.ts"
 import * as Process from "../../src/Process.ts"
 import * as Prometheus from "../../src/Prometheus.ts"
@@ -61,7 +61,7 @@ const makeProxy = async () => {
 }
 
 const Input = Schema.Struct({
-  mode: Schema.Literal("ok", "fatal", "retry", "hang", "slow"),
+  mode: Schema.Literals(["ok", "fatal", "retry", "hang", "slow"]),
   marker: Schema.String,
 })
 
@@ -110,14 +110,15 @@ const until = async <A>(
 }
 
 describe("observability on RabbitMQ", () => {
+  // Each rabbitmqctl call starts an Erlang VM: seconds apiece on a busy machine, more under Deno.
   beforeAll(() => {
     ensureVhosts()
     const users = rabbitmqctl("list_users").split("\n").map((l) => l.split("\t")[0])
     if (users.includes(USER)) rabbitmqctl("change_password", USER, PASSWORD)
     else rabbitmqctl("add_user", USER, PASSWORD)
     rabbitmqctl("set_permissions", "-p", QUORUM_VHOST, USER, ".*", ".*", ".*")
-  })
-  afterAll(() => void rabbitmqctl("delete_user", USER))
+  }, 120_000)
+  afterAll(() => void rabbitmqctl("delete_user", USER), 60_000)
 
   it(
     "metrics, probes and logs tell each task's story, and never a password or a payload",
@@ -146,12 +147,18 @@ describe("observability on RabbitMQ", () => {
           },
         }).pipe(
           Effect.provideService(Process.Process, proc.process),
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map())),
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} })),
+          // The JSON lines without the lifecycle's redactions: no password may reach a line even
+          // before `***` would replace it.
           Effect.provide(
-            Logger.replace(
-              Logger.defaultLogger,
-              Logger.make((options) => void lines.push(WorkerLogger.format(options))),
-            ),
+            Logger.layer([
+              Logger.make((options) =>
+                void lines.push(WorkerLogger.format({
+                  ...options,
+                  annotations: options.fiber.getRef(References.CurrentLogAnnotations),
+                }))
+              ),
+            ]),
           ),
         ),
       )

@@ -30,7 +30,7 @@ const decoder = new TextDecoder()
 
 /** The message types published on `outQueue` for `taskId`, in order. */
 export const publishedTypes = (
-  broker: MemoryBroker.MemoryBroker["Type"],
+  broker: MemoryBroker.MemoryBroker["Service"],
   outQueue: string,
   taskId: string,
 ): Effect.Effect<Array<string>> =>

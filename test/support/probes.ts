@@ -28,7 +28,9 @@ export const waitForReal = (check: () => boolean, millis: number, what: string) 
   Effect.gen(function* () {
     const deadline = Date.now() + millis
     while (!check()) {
-      if (Date.now() > deadline) return yield* Effect.dieMessage(`Gave up waiting until ${what}`)
+      if (Date.now() > deadline) {
+        return yield* Effect.die(new Error(`Gave up waiting until ${what}`))
+      }
       yield* sleepReal(10)
     }
   })

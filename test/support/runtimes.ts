@@ -1,11 +1,13 @@
 /**
  * The runtimes the SDK's processes run on, as tests and the chaos run start them: the Deno binary,
- * the Node CLI built into `dist/` (checked to be current), and a clean environment.
+ * the Node CLI built into `dist/` (checked to be current) on a supported Node, and a clean
+ * environment.
  */
 import { existsSync, readdirSync, statSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import process from "node:process"
 import { fileURLToPath, pathToFileURL } from "node:url"
+import { supportedNode } from "./nodes.ts"
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 
@@ -68,10 +70,14 @@ export const checkBuild = (allowStale = false): string | undefined => {
   return message
 }
 
+/**
+ * How to start the CLI on `runtime`: on Node, the build in `dist/` on the Node running the test
+ * (Node 22 when that is Deno); on Deno, the sources.
+ */
 export const runtimeSpec = (runtime: Runtime): RuntimeSpec =>
   runtime === "node"
     ? {
-      command: process.execPath.includes("deno") ? "node" : process.execPath,
+      command: supportedNode(),
       args: [join(ROOT, "dist/cli.js")],
       sdk: pathToFileURL(join(ROOT, "dist/index.js")).href,
     }

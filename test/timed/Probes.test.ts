@@ -6,7 +6,7 @@
  * server's share of the work is measured here.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Logger, LogLevel, Schema } from "effect"
+import { Effect, References, Schema } from "effect"
 import { spawn } from "node:child_process"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
@@ -85,7 +85,7 @@ describe("Probes", () => {
           Effect.flatMap(
             WorkerHarness.make(worker),
             (harness) =>
-              Effect.zipRight(taskThroughput(harness, 200), taskThroughput(harness, 1200)),
+              Effect.andThen(taskThroughput(harness, 200), taskThroughput(harness, 1200)),
           ),
         )
         // One client process throughout, its connections made and dropped between measures, so
@@ -95,11 +95,11 @@ describe("Probes", () => {
         // them first, so that a drift within a round favours neither. The first measure warms
         // the JIT.
         const load = yield* connectionLoad(port)
-        const dropped = Effect.zipRight(
+        const dropped = Effect.andThen(
           load.close,
           waitForReal(() => load.state.open === 0, 5000, "the connections are dropped"),
         )
-        const alone = Effect.zipRight(dropped, measure)
+        const alone = Effect.andThen(dropped, measure)
         let held = 0
         // Fresh connections for each measure: the server gives each at most 5 s.
         const loaded = Effect.gen(function* () {
@@ -134,7 +134,7 @@ describe("Probes", () => {
         )
         expect(held).toBeLessThanOrEqual(32)
         expect(median).toBeGreaterThanOrEqual(0.8)
-      }).pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Warning))),
+      }).pipe(Effect.scoped, Effect.provideService(References.MinimumLogLevel, "Warn")),
     60_000,
   )
 })

@@ -6,10 +6,10 @@
  *
  * writes `<out-dir>/worker.cjs` (the worker, the SDK, Effect and amqplib, run by `Worker.run`)
  * and `<out-dir>/start.cjs`, which runs it keeping V8's compiled code beside it, as
- * `node start.cjs` or `deno run start.cjs`. Node 20 has no compile cache of its own; Deno has
- * one, but a job-mode start from it measured here about twice as slow as from this cache of a
- * whole run. `start.cjs --warm`, on the runtime that will run it, writes that cache (at image
- * build) and exits.
+ * `node start.cjs` or `deno run start.cjs`. Deno has a code cache of its own, but a job-mode
+ * start from it measured here about twice as slow as from this cache of a whole run (Node 22's
+ * and 24's `NODE_COMPILE_CACHE` has not been measured against it). `start.cjs --warm`, on the
+ * runtime that will run it, writes that cache (at image build) and exits.
  */
 import { copyFile, mkdir, readdir, rm } from "node:fs/promises"
 import { dirname, join, resolve } from "node:path"
@@ -37,7 +37,7 @@ await esbuild.build({
   bundle: true,
   platform: "node",
   format: "cjs",
-  target: "node20",
+  target: "node22",
   // A Deno script's `if (import.meta.main) Worker.run(worker)`: the bundle runs it instead.
   define: { "import.meta.main": "false" },
   logLevel: "warning",

@@ -7,7 +7,7 @@
 import { Buffer } from "node:buffer"
 import type * as Amqp from "amqplib"
 import type { Scope } from "effect"
-import { Duration, Effect, Schedule } from "effect"
+import { Clock, Duration, Effect, Schedule } from "effect"
 import { PublishError } from "../../WorkerError.ts"
 
 /** What of amqplib's confirm channel a publish uses. */
@@ -57,9 +57,9 @@ export const make = (options: {
     // string made for each publish (the figures are in `bench/README.md`).
     const awaitingConfirm = new Map<number, AwaitingConfirm>()
     const confirmMillis = Duration.toMillis(options.confirmTimeout)
-    const clock = yield* Effect.clock
+    const clock = yield* Clock.Clock
     yield* Effect.sync(() => {
-      const now = clock.unsafeCurrentTimeMillis()
+      const now = clock.currentTimeMillisUnsafe()
       for (const [id, waiting] of awaitingConfirm) {
         if (waiting.deadline > now) continue
         awaitingConfirm.delete(id)
@@ -82,13 +82,13 @@ export const make = (options: {
     }
 
     const publish: Confirms["publish"] = ({ publisher, returned }, body, type, headers) =>
-      Effect.async<void, PublishError>((resume) => {
+      Effect.callback<void, PublishError>((resume) => {
         const id = ++sequence
         const messageId = `${id}`
         const failWith = (reason: PublishError["reason"]) =>
           resume(Effect.fail(new PublishError({ reason, messageType: type })))
         awaitingConfirm.set(id, {
-          deadline: clock.unsafeCurrentTimeMillis() + confirmMillis,
+          deadline: clock.currentTimeMillisUnsafe() + confirmMillis,
           expire: () => failWith("timeout"),
         })
         try {

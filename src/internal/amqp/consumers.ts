@@ -6,7 +6,7 @@
  * has stopped outlive it.
  */
 import type * as Amqp from "amqplib"
-import { Deferred, Duration, Effect } from "effect"
+import { Deferred, Duration, Effect, Semaphore } from "effect"
 import type { Inbox } from "../transport/inbox.ts"
 import { LeaseLoss } from "../transport/leaseLoss.ts"
 import type { Delivery } from "../../Transport.ts"
@@ -42,7 +42,7 @@ export interface ConsumersOptions {
   readonly inQueue: string
   readonly capacity: number
   /** Asked for with `x-consumer-timeout` (see `AmqpTransportOptions`). */
-  readonly consumerTimeout?: Duration.DurationInput | undefined
+  readonly consumerTimeout?: Duration.Input | undefined
   /** Where deliveries go, for `take`. */
   readonly inbox: Inbox<Delivery, TransportError>
 }
@@ -100,7 +100,7 @@ const startConsumer = (
           if (message === null) {
             // basic.cancel from the server (the queue was deleted, or the consumer timed out).
             leases.lose("consumer_cancelled")
-            Deferred.unsafeDone(ended, Effect.void)
+            Deferred.doneUnsafe(ended, Effect.void)
             return
           }
           inbox.offer(toDelivery(message, deliveries))
@@ -116,13 +116,15 @@ const startConsumer = (
 
 /** The consumers of the transport's connections, one connection's channel at a time. */
 export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
-  Effect.map(Effect.makeSemaphore(1), (resizing) => {
+  Effect.map(Semaphore.make(1), (resizing) => {
     const inbox = options.inbox
     const consumeOptions: Amqp.Options.Consume = {
       noAck: false,
       ...(options.consumerTimeout === undefined ? {} : {
         arguments: {
-          "x-consumer-timeout": Duration.toMillis(Duration.decode(options.consumerTimeout)),
+          "x-consumer-timeout": Duration.toMillis(
+            Duration.fromInputUnsafe(options.consumerTimeout),
+          ),
         },
       }),
     }
@@ -173,12 +175,12 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
       stopped = true
       return cancelAll.pipe(
         // Delivered but never taken: give them back now rather than when the channel closes.
-        Effect.zipRight(
+        Effect.andThen(
           Effect.suspend(() =>
             Effect.forEach(inbox.takeAll(), (d) => Effect.ignore(d.requeue), { discard: true })
           ),
         ),
-        Effect.zipRight(Effect.sync(() => inbox.close())),
+        Effect.andThen(Effect.sync(() => inbox.close())),
       )
     })
 

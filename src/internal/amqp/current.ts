@@ -18,7 +18,7 @@ export class Current<A> {
   /** The value now, or the next one set: a wait that is interrupted is forgotten. */
   readonly get: Effect.Effect<A> = Effect.suspend(() => {
     if (this.value !== undefined) return Effect.succeed(this.value)
-    return Effect.async<A>((resume) => {
+    return Effect.callback<A>((resume) => {
       const waiter = (value: A) => resume(Effect.succeed(value))
       this.waiting.add(waiter)
       return Effect.sync(() => void this.waiting.delete(waiter))

@@ -32,7 +32,7 @@ export const channelDeliveries = (
   lease: {
     duration: Option.none(),
     renew: Option.none(),
-    lost: Effect.async<LeaseLost>((resume) =>
+    lost: Effect.callback<LeaseLost>((resume) =>
       Effect.sync(leases.onLost((lost) => resume(Effect.succeed(lost))))
     ),
     onLost: (listener) => leases.onLost(listener),

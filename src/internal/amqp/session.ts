@@ -52,8 +52,8 @@ export interface SessionOptions {
   readonly inQueue: string
   readonly outQueue: string
   /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
-  readonly reconnectBase?: Duration.DurationInput | undefined
-  readonly reconnectMax?: Duration.DurationInput | undefined
+  readonly reconnectBase?: Duration.Input | undefined
+  readonly reconnectMax?: Duration.Input | undefined
   /** Opens a connection: amqplib's, or a fake in tests. */
   readonly connect: (url: string) => Promise<Connection>
   /** Holds the session while it is live. */
@@ -111,7 +111,7 @@ const consumeOn = (
     channel.on("error", () => {})
     channel.on("close", () => {
       target.leases.lose("channel_closed")
-      Deferred.unsafeDone(ended, Effect.void)
+      Deferred.doneUnsafe(ended, Effect.void)
     })
     consumers.attach(target)
     // Runs after the cancel below. amqplib writes the connection's Close ahead of channel frames
@@ -125,7 +125,7 @@ const consumeOn = (
     )
     yield* Effect.addFinalizer(() =>
       consumers.cancelAll.pipe(
-        Effect.zipRight(Effect.sync(() =>
+        Effect.andThen(Effect.sync(() =>
           target.leases.lose("channel_closed")
         )),
       )
@@ -143,11 +143,11 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
     const connection = yield* connectTo(options)
     const ended = yield* Deferred.make<void>()
     connection.on("error", () => {})
-    connection.on("close", () => Deferred.unsafeDone(ended, Effect.void))
+    connection.on("close", () => Deferred.doneUnsafe(ended, Effect.void))
     const [publisher, channel] = yield* openChannels(connection, options)
     const returned = options.confirms.track(publisher)
     publisher.on("error", () => {})
-    publisher.on("close", () => Deferred.unsafeDone(ended, Effect.void))
+    publisher.on("close", () => Deferred.doneUnsafe(ended, Effect.void))
     yield* Effect.addFinalizer(() =>
       closeStep(Effect.promise(() => publisher.waitForConfirms().catch(() => undefined)))
     )
@@ -164,7 +164,7 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
     yield* Effect.logWarning("The broker connection was lost: reconnecting")
   }).pipe(
     Effect.ensuring(
-      Effect.zipRight(
+      Effect.andThen(
         Effect.sync(() => {
           options.consumers.detach()
           options.current.clear()
@@ -181,10 +181,10 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
  * queue), which retrying cannot help.
  */
 export const run = (options: SessionOptions): Effect.Effect<never, TransportError> => {
-  const backoff = Schedule.exponential(options.reconnectBase ?? Duration.millis(100)).pipe(
-    Schedule.jittered,
-    Schedule.either(Schedule.spaced(options.reconnectMax ?? Duration.seconds(3))),
-  )
+  const backoff = Schedule.min([
+    Schedule.jittered(Schedule.exponential(options.reconnectBase ?? Duration.millis(100))),
+    Schedule.spaced(options.reconnectMax ?? Duration.seconds(3)),
+  ])
   return session(options).pipe(
     Effect.tapError((error) =>
       error.isConfiguration

@@ -4,8 +4,7 @@
  * delegated to (`yield*`) inside one `Effect.gen` per delivery, since a combinator per step, or
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
-import type { Clock, Context, Effect, Either, Fiber, HashMap, ParseResult, Runtime } from "effect"
-import type { YieldWrap } from "effect/Utils"
+import type { Clock, Context, Effect, Fiber, Result, Schema } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
@@ -14,23 +13,25 @@ import type { TaskInfo, TaskLogger } from "../../TaskContext.ts"
 import type { Delivery, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import type { OutputGate } from "./outputGate.ts"
-import type { Timers } from "./timers.ts"
 import type { TaskRef } from "./plan.ts"
+import type { Timers } from "./timers.ts"
 import type { DeliveryTrace, Tracing } from "./tracing.ts"
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
-export type Steps<A> = Generator<YieldWrap<Effect.Effect<any, never, never>>, A, any>
+export type Steps<A> = Generator<Effect.Effect<any, never, never>, A, any>
 
 /** A restore of `Effect.uninterruptibleMask`: what it runs may be interrupted. */
 export type Restore = <X, E, R>(effect: Effect.Effect<X, E, R>) => Effect.Effect<X, E, R>
 
 /**
- * The fiber a delivery runs on (a pool fiber, or one of `handle`'s), and whether the engine
- * itself interrupted it to stop the handler (a time limit, a lost lease): such a fiber stays
- * interrupted, so it waits no more interruptibly, and the pool replaces it.
+ * The fiber a delivery runs on (an engine fiber, or one of `handle`'s), the context each of its
+ * deliveries starts from (`fiberContext.ts`), and whether the engine itself interrupted it to
+ * stop the handler (a time limit, a lost lease): such a fiber stays interrupted, so it waits no
+ * more interruptibly, and the engine replaces it.
  */
 export interface DeliveryFiber {
-  readonly fiber: Fiber.RuntimeFiber<unknown, unknown>
+  readonly fiber: Fiber.Fiber<unknown, unknown>
+  readonly base: Context.Context<never>
   stopped: boolean
 }
 
@@ -56,7 +57,7 @@ export interface InHand {
 }
 
 /** The engine closing: deliveries that wait without being interruptible are woken by it. */
-export class Closing {
+export class EngineClosing {
   closed = false
   private readonly waiters = new Set<() => void>()
 
@@ -82,24 +83,25 @@ export class Closing {
 export interface EngineContext<A, O, R> {
   readonly worker: Worker<A, any, O, R>
   readonly settings: WorkerSettings
-  readonly transport: Transport["Type"]
-  readonly throttle: ProgressThrottle["Type"]
-  readonly renewal: LeaseRenewal["Type"]
+  readonly transport: Transport["Service"]
+  readonly throttle: ProgressThrottle["Service"]
+  readonly renewal: LeaseRenewal["Service"]
   readonly timers: Timers
   readonly clock: Clock.Clock
-  readonly runtime: Runtime.Runtime<never>
+  /** The engine's context when it was made: what a task's logger and progress run with. */
+  readonly context: Context.Context<never>
   readonly limiter: Limiter
   readonly gate: OutputGate
-  readonly closing: Closing
+  readonly closing: EngineClosing
   /** The handler's services, without the engine's Scope (a task gets its own). */
   readonly handlerContext: Context.Context<R>
-  readonly decodeInput: (u: unknown) => Either.Either<A, ParseResult.ParseError>
-  readonly encodeOutput: (u: unknown) => Either.Either<unknown, ParseResult.ParseError>
+  readonly decodeInput: (u: unknown) => Result.Result<A, Schema.SchemaError>
+  readonly encodeOutput: (u: unknown) => Result.Result<unknown, Schema.SchemaError>
   readonly loggerFor: (info: TaskInfo) => TaskLogger
   /** The app's tracer, when it is not Effect's native one: then each delivery is traced. */
   readonly tracing: Tracing | undefined
   /** The log annotations of every delivery of the worker (`service`). */
-  readonly baseAnnotations: HashMap.HashMap<string, unknown>
+  readonly baseAnnotations: Readonly<Record<string, unknown>>
   readonly timeoutMillis: number
   /** How long a delivery may be held, from when it is taken: the lease less its margins. */
   readonly holdMillis: number

@@ -1,27 +1,20 @@
 /**
- * One delivery's whole life, as the spec numbers it: open it (decode, attempt, delivery limit,
- * input: `plan.ts`), take a slot, publish `started` and run the handler (`run.ts`), plan
- * what the result comes to, settle (`settle.ts`), and log its one decision line.
+ * One delivery's whole life, as the spec numbers it: open it (steps 1 to 3, and the input:
+ * `open.ts`), take a slot, publish `started` (step 4: `settle.ts`) and run the handler (step 5:
+ * `run.ts`), decide what its verdict comes to (step 6: `conclude.ts`), settle (steps 6 and 7:
+ * `settle.ts`), and log its one decision line.
  */
-import { Cause, Context, Effect, Exit, FiberRef, HashMap, Scope, Tracer } from "effect"
+import { Cause, Effect, Exit, Scope } from "effect"
 import * as Decision from "../../Decision.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Delivery } from "../../Transport.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
+import { afterHandler, handlerEnd, type Note } from "./conclude.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
-import { withTaskRefs } from "./fiberRefs.ts"
+import { enterDelivery } from "./fiberContext.ts"
+import { countWarning, open, type Opening } from "./open.ts"
+import { type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
 import { runHandler } from "./run.ts"
-import {
-  afterHandler,
-  countWarning,
-  handlerEnd,
-  type Note,
-  open,
-  type Plan,
-  requeue,
-  type Task,
-  type TaskRef,
-} from "./plan.ts"
 import { backoff, logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
 
@@ -39,7 +32,7 @@ const traceOf = (
 
 /** Interrupted while it waited (a shutdown), or broken: requeued either way. */
 const shutdownOrBroken = (task: TaskRef | undefined, cause: Cause.Cause<unknown>) =>
-  Cause.isInterruptedOnly(cause)
+  Cause.hasInterruptsOnly(cause)
     ? Effect.succeed(requeue(task, "shutdown_requeued"))
     : Effect.as(logBroken(cause), requeue(task, "engine_error"))
 
@@ -94,7 +87,7 @@ const awaitRunaway = <A, O, R>(
   ctx: EngineContext<A, O, R>,
   promise: Promise<unknown>,
 ): Effect.Effect<void> =>
-  Effect.async<void>((resume) => {
+  Effect.callback<void>((resume) => {
     let pending = true
     let stop = () => {}
     const finish = () => {
@@ -107,31 +100,44 @@ const awaitRunaway = <A, O, R>(
     promise.then(finish, finish)
   })
 
-/** Steps 4 to 6 of a task that may run: a slot, `started`, the handler, what its result comes to. */
+/**
+ * Steps 4 to 6 of a task that may run, up to its plan: a slot (the worker's limit), `started`,
+ * the handler, what its verdict comes to (a retry's backoff waited here).
+ */
 function* runTask<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
   task: Task,
   envelope: Envelope,
   input: A,
-  taskScope: Scope.CloseableScope,
+  taskScope: Scope.Closeable,
 ): Steps<Plan> {
-  // A task waits here, its delivery in hand, while the worker (or its pool) is at its limit.
+  // A task waits here, its delivery in hand, while the worker (or its `Concurrency.pool`) is at its limit.
   it.ticket = ctx.limiter.tryAcquire()
-  while (it.ticket === undefined) {
-    const waited = yield* Effect.exit(it.restore(ctx.limiter.awaitSlot))
-    if (waited._tag === "Failure") return yield* shutdownOrBroken(task, waited.cause)
-    it.ticket = ctx.limiter.tryAcquire()
+  if (it.ticket === undefined) {
+    do {
+      const waited = yield* Effect.exit(it.restore(ctx.limiter.awaitSlot))
+      if (waited._tag === "Failure") return yield* shutdownOrBroken(task, waited.cause)
+      it.ticket = ctx.limiter.tryAcquire()
+    } while (it.ticket === undefined)
+    // Effect 4 resumes a waiter inside the call that woke it: here, the settling of the task
+    // that gave its slot back. The slot taken, this task goes on from the scheduler, or tasks
+    // waiting in a row would each run inside the last one's release until the stack overflows.
+    yield* Effect.yieldNow
   }
   const started = yield* publishStarted(ctx, it, task)
   if (started !== undefined) return started
-  const startedAt = ctx.clock.unsafeCurrentTimeMillis()
-  const result = yield* runHandler(ctx, it, task, envelope, input, taskScope)
-  it.end = handlerEnd(result)
+  const startedAt = ctx.clock.currentTimeMillisUnsafe()
+  const verdict = yield* runHandler(ctx, it, task, envelope, input, taskScope)
+  WorkerMetrics.taskDuration.updateUnsafe(
+    (ctx.clock.currentTimeMillisUnsafe() - startedAt) / 1000,
+    it.df.fiber.context,
+  )
+  it.end = handlerEnd(verdict)
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
   // handler still runs.
   if (it.runaway === undefined) yield* releaseSlot(ctx, it)
-  const next = afterHandler(result, task, ctx.settings, ctx.encodeOutput)
+  const next = afterHandler(verdict, task, ctx.settings, ctx.encodeOutput)
   let plan = next.plan
   if (next._tag === "Backoff") {
     const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
@@ -140,20 +146,27 @@ function* runTask<A, O, R>(
   } else if (next.note !== undefined) {
     yield* logNote(next.note)
   }
-  WorkerMetrics.taskDuration.unsafeUpdate(
-    (ctx.clock.unsafeCurrentTimeMillis() - startedAt) / 1000,
-    [],
-  )
   return plan
 }
+
+/** The log annotations of a delivery: the worker's, and its task's once it is known. */
+const annotationsOf = (
+  base: Readonly<Record<string, unknown>>,
+  task: TaskRef | undefined,
+): Readonly<Record<string, unknown>> =>
+  task === undefined
+    ? base
+    : task.attempt === undefined
+    ? { ...base, task_id: task.taskId }
+    : { ...base, task_id: task.taskId, attempt: task.attempt }
 
 /**
  * Opens the delivery, sets the delivery's annotations and, for a task, the handler's context on
  * the fiber, and runs the task: everything up to the plan.
  */
 function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<Plan> {
-  const { delivery, trace } = it
-  let opening: ReturnType<typeof open<A>> | undefined
+  const { delivery, df, trace } = it
+  let opening: Opening<A> | undefined
   let broken: Cause.Cause<never> | undefined
   try {
     opening = open(delivery.body, delivery.redeliveries, ctx.settings, ctx.decodeInput)
@@ -162,33 +175,26 @@ function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<
     broken = Cause.die(defect)
   }
   const task = it.task
-  const annotations = HashMap.mutate(ctx.baseAnnotations, (annotations) => {
-    if (task !== undefined) HashMap.set(annotations, "task_id", task.taskId)
-    if (task?.attempt !== undefined) HashMap.set(annotations, "attempt", task.attempt)
-  })
+  const annotations = annotationsOf(ctx.baseAnnotations, task)
+  // Set, not scoped, on the delivery's fiber, until its next delivery: the delivery's annotations
+  // and, traced, its span (the parent of what runs until the handler's own; a delivery that does
+  // not run logs in its own trace, not in the trace of the fiber's last task).
   if (opening?._tag !== "Start") {
-    if (trace === undefined) {
-      yield* FiberRef.set(FiberRef.currentLogAnnotations, annotations)
-    } else {
-      // Its lines belong to its own span, not to the span of the fiber's last task.
-      const context = Context.add(ctx.handlerContext, Tracer.ParentSpan, trace.span)
-      yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
-    }
+    enterDelivery(df, annotations, undefined, trace?.span)
     if (task?.attempt !== undefined) yield* warnRedeliveries(ctx, delivery)
     if (opening === undefined) return yield* shutdownOrBroken(task, broken!)
     if (opening.plan.decision.outcome === "poison") {
-      WorkerMetrics.count(WorkerMetrics.poisonMessages(opening.plan.decision.reason!))
+      WorkerMetrics.count(
+        WorkerMetrics.poisonMessages(opening.plan.decision.reason!),
+        df.fiber.context,
+      )
     }
     return opening.plan
   }
-  // Set, not scoped, on the delivery's fiber: its annotations are this delivery's, and its
-  // context the handler's services `R` and the task's scope, until the next delivery. Set
-  // together, as each set copies every FiberRef of the fiber.
-  const taskScope = yield* Scope.make()
-  const taskContext = Context.add(ctx.handlerContext, Scope.Scope, taskScope)
-  // A traced delivery's span rides along: the parent of what runs until the handler's own.
-  const context = trace === undefined ? taskContext : trace.withSpan(taskContext)
-  yield* Effect.updateFiberRefs((id, refs) => withTaskRefs(refs, id, annotations, context))
+  // A task runs with the handler's services `R` (in the fiber's base) and its own scope: made
+  // synchronously, as a `Scope.make` would be one more step of every task (`bench/engine.ts`).
+  const taskScope = Scope.makeUnsafe()
+  enterDelivery(df, annotations, taskScope, trace?.span)
   yield* warnRedeliveries(ctx, delivery)
   return yield* runTask(ctx, it, opening.task, opening.envelope, opening.input, taskScope)
 }
@@ -197,9 +203,9 @@ function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<
  * One delivery's whole life on the current fiber, which must be uninterruptible: only waiting is
  * interruptible (by shutdown, or by the engine stopping the handler), through `restore`;
  * settling never is. A defect of the engine's own code settles the delivery too (`engine_error`,
- * requeued after a backoff): it never ends the fiber. `decided` hears the decision as it is
- * made; the fiber may still hold the slot for a runaway handler afterwards. Under the app's tracer,
- * the delivery is a span from when it is taken to its decision (`tracing.ts`).
+ * requeued after a backoff): it never ends the fiber. `decided` hears the decision once it is
+ * logged; the fiber may still hold the slot for a runaway handler afterwards. Under the app's
+ * tracer, the delivery is a span from when it is taken to its decision (`tracing.ts`).
  */
 export function* deliver<A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -208,12 +214,12 @@ export function* deliver<A, O, R>(
   restore: Restore,
   decided?: (decision: Decision.Decision) => void,
 ): Steps<Decision.Decision> {
-  WorkerMetrics.tasksInFlight.unsafeUpdate(++ctx.state.inFlight, [])
+  WorkerMetrics.tasksInFlight.updateUnsafe(++ctx.state.inFlight, df.fiber.context)
   const it: InHand = {
     delivery,
     df,
     restore,
-    takenAt: ctx.clock.unsafeCurrentTimeMillis(),
+    takenAt: ctx.clock.currentTimeMillisUnsafe(),
     trace: ctx.tracing === undefined ? undefined : traceOf(ctx.tracing, delivery),
     task: undefined,
     ticket: undefined,
@@ -232,23 +238,27 @@ export function* deliver<A, O, R>(
   } catch (defect) {
     // The settlement itself broke: the message goes back to the queue as it is.
     yield* logBroken(Cause.die(defect))
-    decision = yield* requeueDelivery(delivery, requeue(it.task, "engine_error").decision)
+    decision = yield* requeueDelivery(it, requeue(it.task, "engine_error").decision)
   }
   try {
     it.trace?.settled(decision)
   } catch {
     // The app's tracer failed to end the span: the delivery is settled all the same.
   }
+  // `decided` is told last: in Effect 4 whoever it wakes runs at once, inside this call, and
+  // must find the delivery said and counted.
   const runaway = it.runaway
   if (runaway !== undefined) {
     // Settled, and said so; the slot and the in-flight count wait for the handler to end.
+    Decision.logUnsafe(df.fiber, decision)
     decided?.(decision)
-    Decision.unsafeLog(df.fiber, decision)
     yield* awaitRunaway(ctx, runaway)
   }
   yield* releaseSlot(ctx, it)
-  if (runaway === undefined) decided?.(decision)
-  WorkerMetrics.tasksInFlight.unsafeUpdate(--ctx.state.inFlight, [])
-  if (runaway === undefined) Decision.unsafeLog(df.fiber, decision)
+  WorkerMetrics.tasksInFlight.updateUnsafe(--ctx.state.inFlight, df.fiber.context)
+  if (runaway === undefined) {
+    Decision.logUnsafe(df.fiber, decision)
+    decided?.(decision)
+  }
   return decision
 }

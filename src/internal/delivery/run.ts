@@ -4,28 +4,22 @@
  * shared timers, not a fiber or a race per delivery (see `bench/engine.ts`): stopping the handler
  * interrupts the delivery's fiber itself.
  */
-import { Cause, Effect, Equal, Exit, FiberRef, Scope } from "effect"
-import * as TaskContext from "../../TaskContext.ts"
+import { Cause, Effect, Exit, Scope } from "effect"
+import type { TaskProgress } from "../../ProgressThrottle.ts"
 import type { Envelope } from "../../Protocol.ts"
+import * as TaskContext from "../../TaskContext.ts"
 import type { Lease } from "../../Transport.ts"
+import type { LeaseLost } from "../../WorkerError.ts"
+import { classify, type Verdict } from "./conclude.ts"
+import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
+import { enterSpan } from "./fiberContext.ts"
 import { kindOf } from "./handlerResult.ts"
-import type { DeliveryFiber, EngineContext, InHand, Steps } from "./context.ts"
-import { withContext } from "./fiberRefs.ts"
-import { classify, type Result, type Task } from "./plan.ts"
+import type { Task } from "./plan.ts"
 
 /** What a handler call gave: its work as an Effect, and an `async` handler's Promise. */
 interface Invoked<R> {
   readonly effect: Effect.Effect<unknown, unknown, R>
   readonly promise?: Promise<unknown>
-}
-
-/** A defect: `Effect.die` itself reads its value, which a hostile one makes throw. */
-const dieWith = (defect: unknown): Effect.Effect<never> => {
-  try {
-    return Effect.die(defect)
-  } catch {
-    return Effect.dieMessage("The handler threw a value that cannot be read")
-  }
 }
 
 /**
@@ -43,7 +37,7 @@ const invoke = <A, O, R>(
   try {
     result = ctx.worker.handler(input, context)
   } catch (defect) {
-    return { effect: dieWith(defect) }
+    return { effect: Effect.die(defect) }
   }
   const kind = kindOf(result)
   if (kind === "effect") return { effect: result as Effect.Effect<unknown, unknown, R> }
@@ -55,37 +49,54 @@ const invoke = <A, O, R>(
 
 /**
  * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
- * the caller of `handle`): the engine stops a handler by interrupting the fiber as itself, and a
- * handler that interrupts itself (`Effect.interrupt`) leaves the fiber uninterrupted.
+ * the caller of `handle`), at any time until now: the engine stops a handler by interrupting the
+ * fiber as itself, and a handler that interrupts itself (`Effect.interrupt`) leaves the fiber
+ * uninterrupted. Effect 4 keeps a fiber's interruptions to itself, but an interrupted fiber stays
+ * interrupted and `restore` raises every interruption it got, with who sent it; an interruption
+ * without a sender (`interruptUnsafe()`) is from outside too.
  */
-export const interruptedFromOutside = (df: DeliveryFiber): boolean => {
-  const fiber = df.fiber
-  for (const id of Cause.interruptors(fiber.getFiberRef(FiberRef.interruptedCause))) {
-    if (!Equal.equals(id, fiber.id())) return true
-  }
-  return false
-}
+export const interruptedFromOutside = (
+  df: DeliveryFiber,
+  restore: Restore,
+): Effect.Effect<boolean> =>
+  Effect.map(Effect.exit(restore(Effect.void)), (exit) => {
+    if (Exit.isSuccess(exit)) return false
+    const self = df.fiber.id
+    return exit.cause.reasons.some((reason) =>
+      Cause.isInterruptReason(reason) && reason.fiberId !== self
+    )
+  })
 
-/** The task's progress channel, opened in its scope on the first report. */
+/**
+ * Interrupts the delivery's fiber as itself, from the fiber's own scheduler rather than here and
+ * now: as Effect 3's `interruptAsFork` did, so that a transport telling of a lost lease, or the
+ * timers' fiber firing a time limit, does not run the rest of the delivery inside its own call.
+ */
+const interruptSelf = (df: DeliveryFiber): void =>
+  df.fiber.currentDispatcher.scheduleTask(() => df.fiber.interruptUnsafe(df.fiber.id), 0)
+
+/**
+ * The task's `progress`: its channel opened in the task's scope on the first report, and run
+ * with the engine's context when an `async` handler awaits it.
+ */
 const progressOf = <A, O, R>(
   ctx: EngineContext<A, O, R>,
   taskId: string,
   lease: Lease,
-  taskScope: Scope.CloseableScope,
-) => {
-  let progress:
-    | Effect.Effect.Success<ReturnType<EngineContext<A, O, R>["throttle"]["open"]>>
-    | undefined
-  return (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
+  taskScope: Scope.Closeable,
+): TaskContext.TaskContext["progress"] => {
+  let channel: TaskProgress | undefined
+  const report = (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
     Effect.suspend(() => {
-      if (progress !== undefined) return progress.report(fraction, payload)
-      return Scope.extend(ctx.throttle.open(taskId, { isLost: lease.isLost }), taskScope).pipe(
+      if (channel !== undefined) return channel.report(fraction, payload)
+      return Scope.provide(ctx.throttle.open(taskId, { isLost: lease.isLost }), taskScope).pipe(
         Effect.flatMap((opened) => {
-          progress ??= opened
-          return progress.report(fraction, payload)
+          channel ??= opened
+          return channel.report(fraction, payload)
         }),
       )
     })
+  return (fraction, payload) => TaskContext.awaitable(report(fraction, payload), ctx.context)
 }
 
 /**
@@ -101,11 +112,10 @@ export function* runHandler<A, O, R>(
   task: Task,
   envelope: Envelope,
   input: A,
-  taskScope: Scope.CloseableScope,
-): Steps<Result> {
+  taskScope: Scope.Closeable,
+): Steps<Verdict> {
   const { df, restore, trace } = it
   const lease = it.delivery.lease
-  const report = progressOf(ctx, task.taskId, lease, taskScope)
   const { abort, context } = TaskContext.make(
     {
       taskId: task.taskId,
@@ -114,33 +124,26 @@ export function* runHandler<A, O, R>(
       clientId: envelope.clientId,
       inputRefs: envelope.inputRefs ?? [],
     },
-    (fraction, payload) => TaskContext.awaitable(report(fraction, payload), ctx.runtime),
+    progressOf(ctx, task.taskId, lease, taskScope),
     ctx.loggerFor,
   )
   let running = true
-  let stoppedWith: Result | undefined
-  const stop = (result: Result, reason: string) => {
+  let stoppedWith: Verdict | undefined
+  // Stops the handler at its time limit (called with nothing, by the timers) or for the lease it
+  // lost: one function for both, as every delivery arms both (memory `bench/engine.ts` counts).
+  const stop = (lost?: LeaseLost) => {
     if (!running || stoppedWith !== undefined) return
-    stoppedWith = result
+    stoppedWith = lost === undefined ? { _tag: "Timeout" } : { _tag: "Lost", lost }
     df.stopped = true
-    abort(reason)
-    df.fiber.unsafeInterruptAsFork(df.fiber.id())
+    abort(lost === undefined ? "The task ran past its time limit" : "The task's lease was lost")
+    interruptSelf(df)
   }
-  if (trace !== undefined) {
-    // The handler's span goes where its own `Effect.withSpan` finds its parent: the fiber's
-    // context, set for the task already, set again (a traced delivery only).
-    const traced = trace.startHandler()
-    yield* Effect.updateFiberRefs((id, refs) => withContext(refs, id, traced))
-  }
-  const startedAt = ctx.clock.unsafeCurrentTimeMillis()
-  const cancelTimer = ctx.timers.after(
-    ctx.timeoutMillis,
-    () => stop({ _tag: "Timeout" }, "The task ran past its time limit"),
-  )
-  const release = ctx.renewal.unsafeHold(
-    lease,
-    (lost) => stop({ _tag: "Lost", lost }, "The task's lease was lost"),
-  )
+  // The handler's span goes where its own `Effect.withSpan` finds its parent: the fiber's
+  // context, set for the task already (a traced delivery only).
+  if (trace !== undefined) enterSpan(df.fiber, trace.startHandler())
+  const startedAt = ctx.clock.currentTimeMillisUnsafe()
+  const timeLimit = ctx.timers.after(ctx.timeoutMillis, stop)
+  const release = ctx.renewal.holdUnsafe(lease, stop)
   let invoked: Invoked<R> | undefined
   let exit: Exit.Exit<unknown, unknown>
   try {
@@ -152,15 +155,15 @@ export function* runHandler<A, O, R>(
     // Whatever happened, this task's timer and lease hold end here: left armed, they would stop
     // the next task of this fiber.
     running = false
-    cancelTimer()
+    timeLimit.cancel()
     release()
   }
   trace?.endHandler(exit)
   // A result after the deadline (the handler blocked the event loop past it, so the timer could
   // not fire) is a time out all the same.
-  const late = ctx.clock.unsafeCurrentTimeMillis() - startedAt > ctx.timeoutMillis
-  const interrupted = Exit.isFailure(exit) && Cause.isInterrupted(exit.cause) &&
-    interruptedFromOutside(df)
+  const late = ctx.clock.currentTimeMillisUnsafe() - startedAt > ctx.timeoutMillis
+  const interrupted = Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause) &&
+    (yield* interruptedFromOutside(df, restore))
   if (interrupted && stoppedWith === undefined) abort("The worker is shutting down")
   if (stoppedWith !== undefined && invoked.promise !== undefined) it.runaway = invoked.promise
   const closed = yield* Effect.exit(Scope.close(taskScope, exit))

@@ -4,17 +4,18 @@
  * delivery (see {@link publishHeld}); a requeue that did not come from the handler waits its
  * attempt's backoff first, so that a fault that lasts cannot spin.
  */
-import { Cause, Duration, Effect, Either, Exit, Option, Random } from "effect"
+import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
 import type * as Decision from "../../Decision.ts"
 import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
-import type { Delivery, Lease, PublishOptions } from "../../Transport.ts"
+import type { Lease, PublishOptions } from "../../Transport.ts"
 import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
-import { interruptedFromOutside } from "./run.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
 import { backoffMillis, fenced, type Plan, requeue, type Task } from "./plan.ts"
+import { interruptedFromOutside } from "./run.ts"
+import type { Timer } from "./timers.ts"
 
 /** The first wait before a refused publish is tried again, and the longest. */
 const PUBLISH_RETRY_BASE_MILLIS = 100
@@ -58,16 +59,16 @@ const holdFor = <A, O, R>(
   delayMillis: number,
   untilOpen: boolean,
 ): Effect.Effect<Waited> =>
-  Effect.async<Waited>((resume) => {
+  Effect.callback<Waited>((resume) => {
     let pending = true
-    let stopTimer = () => {}
+    let timer: Timer | undefined = undefined
     let stopLease = () => {}
     let stopGate = () => {}
     let stopClosing = () => {}
     const finish = (why: Waited) => {
       if (!pending) return
       pending = false
-      stopTimer()
+      timer?.cancel()
       stopLease()
       stopGate()
       stopClosing()
@@ -75,8 +76,8 @@ const holdFor = <A, O, R>(
     }
     stopClosing = ctx.closing.onClose(() => finish("closing"))
     if (!pending) return
-    stopTimer = ctx.timers.after(delayMillis, () => finish("elapsed"))
-    stopLease = ctx.renewal.unsafeHold(lease, () => finish("lost"))
+    timer = ctx.timers.after(delayMillis, () => finish("elapsed"))
+    stopLease = ctx.renewal.holdUnsafe(lease, () => finish("lost"))
     if (!pending) return
     // Only a refusing gate wakes the wait when it opens: an open one would end it at once, and a
     // publish lost with its connection would be tried again without a pause.
@@ -98,9 +99,15 @@ export const hold = <A, O, R>(
   const { df, restore } = it
   const wait = holdFor(ctx, it.delivery.lease, delayMillis, untilOpen)
   if (df.stopped) {
-    return Effect.map(
+    return Effect.flatMap(
       wait,
-      (why) => (why === "elapsed" && interruptedFromOutside(df) ? "closing" : why),
+      (why) =>
+        why === "elapsed"
+          ? Effect.map(
+            interruptedFromOutside(df, restore),
+            (outside) => (outside ? "closing" : why),
+          )
+          : Effect.succeed(why),
     )
   }
   return Effect.map(
@@ -142,14 +149,14 @@ function* publishTries<A, O, R>(
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
         if (opened !== undefined) yield* opened
-        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type))
+        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type), it.df.fiber.context)
         return "published"
       }
-      const refusal = Cause.failureOption(published.cause)
-      if (Option.isNone(refusal) || Cause.isDie(published.cause)) {
-        return Cause.isInterruptedOnly(published.cause) ? "closing" : published.cause
+      const refusal = Cause.findErrorOption(published.cause)
+      if (Option.isNone(refusal) || Cause.hasDies(published.cause)) {
+        return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
       }
-      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type))
+      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type), it.df.fiber.context)
       // A publish lost with its connection is retried on the next one; only the broker's own
       // refusals close the gate.
       if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
@@ -158,7 +165,7 @@ function* publishTries<A, O, R>(
     const jittered = Math.round(delayMillis / 2 + ((yield* Random.next) * delayMillis) / 2)
     const waited = yield* hold(ctx, it, jittered, true)
     if (waited !== "elapsed") return waited
-    if (ctx.clock.unsafeCurrentTimeMillis() >= out.deadline) return "expired"
+    if (ctx.clock.currentTimeMillisUnsafe() >= out.deadline) return "expired"
     delayMillis = Math.min(delayMillis * 2, PUBLISH_RETRY_MAX_MILLIS)
   }
 }
@@ -196,7 +203,7 @@ export function* publishStarted<A, O, R>(
     hostname: ctx.settings.hostname,
   })
   const published = yield* publishHeld(ctx, it, {
-    body: encodeUtf8(Either.getOrThrow(started)),
+    body: encodeUtf8(Result.getOrThrow(started)),
     type: "started",
     deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
     interruptible: true,
@@ -218,12 +225,13 @@ export function* publishStarted<A, O, R>(
 
 /** A settlement the broker refused: counted, and said in the decision's reason. */
 const settleFailed = (
+  it: InHand,
   decision: Decision.Decision,
   what: string,
   cause: Cause.Cause<LeaseLost | TransportError>,
 ): Effect.Effect<Decision.Decision> => {
-  WorkerMetrics.count(WorkerMetrics.ackFailures)
-  const failure = Cause.failureOption(cause)
+  WorkerMetrics.count(WorkerMetrics.ackFailures, it.df.fiber.context)
+  const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) {
     return Effect.succeed({ ...decision, reason: `${what}_failed_${failure.value.reason}` })
   }
@@ -234,19 +242,24 @@ const settleFailed = (
 }
 
 /** Gives the message back to the queue; the decision says if the broker refused. */
-export const requeueDelivery = (delivery: Delivery, decision: Decision.Decision) =>
-  Effect.matchCauseEffect(delivery.requeue, {
-    onFailure: (cause) => settleFailed(decision, "requeue", cause),
+export const requeueDelivery = (it: InHand, decision: Decision.Decision) =>
+  Effect.matchCauseEffect(it.delivery.requeue, {
+    onFailure: (cause) => settleFailed(it, decision, "requeue", cause),
     onSuccess: () => Effect.succeed(decision),
   })
 
-const ack = (delivery: Delivery, decision: Decision.Decision) =>
-  Effect.matchCauseEffect(delivery.ack, {
-    onFailure: (cause) => settleFailed(decision, "ack", cause),
+/** Acks the message; the decision says if the broker refused. */
+const ackDelivery = (it: InHand, decision: Decision.Decision) =>
+  Effect.matchCauseEffect(it.delivery.ack, {
+    onFailure: (cause) => settleFailed(it, decision, "ack", cause),
     onSuccess: () => Effect.succeed(decision),
   })
 
-/** Settles as `plan` says: the last step of every delivery. */
+/**
+ * Settles as `plan` says, the last of every delivery's steps: step 6's conclusion (the terminal
+ * message confirmed, then the ack) or requeue, and step 7's requeue of a terminal message the
+ * output did not take.
+ */
 export function* settle<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
@@ -257,7 +270,7 @@ export function* settle<A, O, R>(
     case "Fenced":
       return plan.decision
     case "Ack":
-      return yield* ack(delivery, plan.decision)
+      return yield* ackDelivery(it, plan.decision)
     case "Requeue":
       return yield* requeueSettled(ctx, it, plan.decision)
     case "Conclude": {
@@ -270,8 +283,10 @@ export function* settle<A, O, R>(
       })
       if (published === "published") {
         const code = plan.decision.code
-        if (code !== undefined) WorkerMetrics.count(WorkerMetrics.taskFailures(code))
-        return yield* ack(delivery, plan.decision)
+        if (code !== undefined) {
+          WorkerMetrics.count(WorkerMetrics.taskFailures(code), it.df.fiber.context)
+        }
+        return yield* ackDelivery(it, plan.decision)
       }
       if (published === "lost") return leaseLost(plan.decision)
       if (typeof published !== "string") yield* logBroken(published)
@@ -306,7 +321,8 @@ function* requeueSettled<A, O, R>(
     yield* hold(ctx, it, Duration.toMillis(delay), false)
   }
   if (delivery.lease.isLost()) return { ...decision, outcome: "cancelled", reason: "lease_lost" }
-  if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries)
-  if (outcome === "shutdown_requeued") WorkerMetrics.count(WorkerMetrics.shutdownRequeued)
-  return yield* requeueDelivery(delivery, decision)
+  const context = it.df.fiber.context
+  if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries, context)
+  if (outcome === "shutdown_requeued") WorkerMetrics.count(WorkerMetrics.shutdownRequeued, context)
+  return yield* requeueDelivery(it, decision)
 }

@@ -1,6 +1,6 @@
 /**
  * A counting semaphore taken and given back by every task: a worker's own limit, and a pool's.
- * Effect's `Semaphore` takes a permit through an `Effect.async` even when one is free, and gives
+ * Effect's `Semaphore` takes a permit through an `Effect.callback` even when one is free, and gives
  * it back through the fiber's runtime: most of a no-op task's steps. Here slots are taken
  * synchronously, by whoever records them in the same step, and only waiting is an Effect:
  * a wait that is interrupted, or a taker interrupted as it takes, cannot hold a slot it does not
@@ -11,8 +11,11 @@ import { Effect } from "effect"
 export class Slots {
   private taken = 0
   private readonly waiters = new Set<() => void>()
+  private permits: number
 
-  constructor(private permits: number) {}
+  constructor(permits: number) {
+    this.permits = permits
+  }
 
   get free(): number {
     return this.permits - this.taken
@@ -43,7 +46,7 @@ export class Slots {
    * a failed `tryTake` and this wait is not missed.
    */
   awaitFree(n = 1): Effect.Effect<void> {
-    return Effect.async<void>((resume) => {
+    return Effect.callback<void>((resume) => {
       if (this.free >= n) return resume(Effect.void)
       const wake = () => {
         if (this.free < n) return

@@ -8,7 +8,7 @@
  * each time; a transport whose leases vary in length must not make the lanes grow without end.
  */
 import type { Scope } from "effect"
-import { Deferred, Effect, FiberId } from "effect"
+import { Clock, Deferred, Effect } from "effect"
 
 const KEPT_LANES = 8
 
@@ -19,60 +19,90 @@ const KEPT_LANES = 8
  */
 export type Action = Effect.Effect<void> | (() => void)
 
-interface Entry {
+/** A timer set by {@link Timers.after}. */
+export interface Timer {
+  /** Stops the timer, if it has not fired yet. */
+  readonly cancel: () => void
+}
+
+/**
+ * The timers of one delay, in insertion order (due order as well), knowing their delay and
+ * whose they are, so that a timer leaves it by a method of its own.
+ */
+class Lane extends Set<Entry> {
+  readonly delay: number
+  readonly lanes: Map<number, Lane>
+
+  constructor(delay: number, lanes: Map<number, Lane>) {
+    super()
+    this.delay = delay
+    this.lanes = lanes
+  }
+}
+
+/**
+ * A pending timer, in its lane. Cancelled by a method rather than a closure of its own: every
+ * delivery sets one or two, memory `bench/engine.ts` counts per task in flight.
+ */
+class Entry implements Timer {
   readonly due: number
   readonly action: Action
+  readonly lane: Lane
+
+  constructor(due: number, action: Action, lane: Lane) {
+    this.due = due
+    this.action = action
+    this.lane = lane
+  }
+
+  cancel(): void {
+    const lane = this.lane
+    lane.delete(this)
+    if (lane.size === 0 && lane.lanes.size > KEPT_LANES && lane.lanes.get(lane.delay) === lane) {
+      lane.lanes.delete(lane.delay)
+    }
+  }
 }
 
 /** The timers of one scope. */
 export interface Timers {
-  /** Runs `action` after `delayMillis`, unless cancelled by the returned function first. */
-  readonly after: (delayMillis: number, action: Action) => () => void
+  /** Runs `action` after `delayMillis`, unless the returned timer is cancelled first. */
+  readonly after: (delayMillis: number, action: Action) => Timer
 }
 
 /** Timers whose fiber, and whose pending actions, end with the scope. */
 export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
-  const clock = yield* Effect.clock
+  const clock = yield* Clock.Clock
   const scope = yield* Effect.scope
-  const lanes = new Map<number, Set<Entry>>()
+  const lanes = new Map<number, Lane>()
   let target = Infinity
   let wake: Deferred.Deferred<void> | undefined
 
-  const earliest = (): { entry: Entry; lane: Set<Entry>; delay: number } | undefined => {
-    let best: { entry: Entry; lane: Set<Entry>; delay: number } | undefined
-    for (const [delay, lane] of lanes) {
+  const earliest = (): Entry | undefined => {
+    let best: Entry | undefined
+    for (const lane of lanes.values()) {
       const head = lane.values().next().value
-      if (head !== undefined && (best === undefined || head.due < best.entry.due)) {
-        best = { entry: head, lane, delay }
-      }
+      if (head !== undefined && (best === undefined || head.due < best.due)) best = head
     }
     return best
   }
 
-  const remove = (delay: number, lane: Set<Entry>, entry: Entry) => {
-    lane.delete(entry)
-    if (lane.size === 0 && lanes.size > KEPT_LANES && lanes.get(delay) === lane) {
-      lanes.delete(delay)
-    }
-  }
-
-  const after = (delayMillis: number, action: Action) => {
-    const entry: Entry = { due: clock.unsafeCurrentTimeMillis() + delayMillis, action }
+  const after = (delayMillis: number, action: Action): Timer => {
     let lane = lanes.get(delayMillis)
     if (lane === undefined) {
-      lane = new Set()
+      lane = new Lane(delayMillis, lanes)
       lanes.set(delayMillis, lane)
     }
+    const entry = new Entry(clock.currentTimeMillisUnsafe() + delayMillis, action, lane)
     lane.add(entry)
     // The fiber sleeps until `target`: wake it only when this timer is due before that.
     if (entry.due < target && wake !== undefined) {
       const w = wake
       wake = undefined
       target = entry.due
-      Deferred.unsafeDone(w, Effect.void)
+      Deferred.doneUnsafe(w, Effect.void)
     }
-    const owner = lane
-    return () => remove(delayMillis, owner, entry)
+    return entry
   }
 
   // Once woken for a timer, the fiber sleeps until that timer's due even if it was cancelled in
@@ -80,11 +110,11 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
   // again for the next task's timer (due later) would cost a wake per task.
   const loop = Effect.gen(function* () {
     for (;;) {
-      let now = clock.unsafeCurrentTimeMillis()
+      let now = clock.currentTimeMillisUnsafe()
       let next = earliest()
-      while (next !== undefined && next.entry.due <= now) {
-        remove(next.delay, next.lane, next.entry)
-        const action = next.entry.action
+      while (next !== undefined && next.due <= now) {
+        next.cancel()
+        const action = next.action
         if (typeof action === "function") {
           try {
             action()
@@ -96,10 +126,10 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
         }
         next = earliest()
       }
-      now = clock.unsafeCurrentTimeMillis()
+      now = clock.currentTimeMillisUnsafe()
       if (target <= now) target = Infinity
-      if (next !== undefined && next.entry.due < target) target = next.entry.due
-      const signal = Deferred.unsafeMake<void>(FiberId.none)
+      if (next !== undefined && next.due < target) target = next.due
+      const signal = Deferred.makeUnsafe<void>()
       wake = signal
       if (target === Infinity) {
         yield* Deferred.await(signal)

@@ -9,16 +9,7 @@
  * Effect's default (native) tracer exports nothing: under it the engine makes no span at all, and
  * a delivery costs what it did before tracing (measured by `bench/engine.ts`).
  */
-import {
-  type Cause,
-  type Clock,
-  Context,
-  DefaultServices,
-  Exit,
-  Option,
-  type Scope,
-  Tracer,
-} from "effect"
+import { type Cause, type Clock, Context, Exit, Option, Tracer } from "effect"
 import * as Decision from "../../Decision.ts"
 import type { MessageType } from "../../Protocol.ts"
 import type { Headers, PublishOptions } from "../../Transport.ts"
@@ -31,9 +22,6 @@ export const HANDLER_SPAN = "handler"
 
 /** The name of the span of a publish of `type` (`publish started`, `publish success`, …). */
 const publishSpanName = (type: MessageType): string => `publish ${type}`
-
-/** The tracer Effect runs with when the app sets none: its spans go nowhere. */
-const nativeTracer = Context.get(DefaultServices.liveServices, Tracer.Tracer)
 
 // Version 00 of W3C Trace Context, and what a later version starts with: version, trace id,
 // parent id, flags, lowercase hex.
@@ -98,7 +86,7 @@ export const makeTracing = (options: {
   readonly inQueue: string
   readonly outQueue: string
 }): Tracing | undefined =>
-  !options.enabled || options.tracer === nativeTracer ? undefined : {
+  !options.enabled || options.tracer === Tracer.nativeTracer ? undefined : {
     tracer: options.tracer,
     clock: options.clock,
     parent: Context.getOption(options.services, Tracer.ParentSpan),
@@ -120,41 +108,45 @@ const ERROR_OUTCOMES: ReadonlySet<Decision.Outcome> = new Set<Decision.Outcome>(
   "engine_error",
 ])
 
+/** A span under `parent`, sampled unless its parent is not (as `Effect.withSpan` has it). */
+const startSpan = (
+  tracing: Tracing,
+  name: string,
+  parent: Option.Option<Tracer.AnySpan>,
+  kind: Tracer.SpanKind,
+): Tracer.Span =>
+  tracing.tracer.span({
+    name,
+    parent,
+    annotations: Context.empty(),
+    links: [],
+    startTime: tracing.clock.currentTimeNanosUnsafe(),
+    kind,
+    // No parent means a new trace, not the span the fiber happens to be in.
+    root: Option.isNone(parent),
+    sampled: Option.isNone(parent) || parent.value.sampled,
+  })
+
 /** One delivery's spans: the delivery's, started when it is made, and its children. */
 export class DeliveryTrace {
   readonly span: Tracer.Span
-  /** The handler's context (its services and the task's scope), once the task is to run. */
-  private handlerContext: Context.Context<any> | undefined
+  private readonly tracing: Tracing
   private handler: Tracer.Span | undefined
 
-  constructor(private readonly tracing: Tracing, headers: Headers | undefined) {
+  constructor(tracing: Tracing, headers: Headers | undefined) {
+    this.tracing = tracing
     const remote = parseTraceparent(headers?.traceparent)
     const parent = remote === undefined ? tracing.parent : Option.some<Tracer.AnySpan>(remote)
-    this.span = tracing.tracer.span(
-      DELIVERY_SPAN,
-      parent,
-      Context.empty(),
-      [],
-      tracing.clock.unsafeCurrentTimeNanos(),
-      "consumer",
-      // No parent means a new trace, not the span the fiber happens to be in.
-      { root: Option.isNone(parent) },
-    )
+    this.span = startSpan(tracing, DELIVERY_SPAN, parent, "consumer")
     this.span.attribute("messaging.operation.type", "process")
     this.span.attribute("messaging.destination.name", tracing.inQueue)
   }
 
-  /** The context the delivery's fiber gets: the handler's, with the delivery span as parent. */
-  withSpan<R>(context: Context.Context<R | Scope.Scope>): Context.Context<R | Scope.Scope> {
-    this.handlerContext = context
-    return Context.add(context, Tracer.ParentSpan, this.span)
-  }
-
-  /** Starts the handler's span; the context to run the handler in has it as parent. */
-  startHandler(): Context.Context<any> {
+  /** Starts the handler's span: the parent of the handler's own spans. */
+  startHandler(): Tracer.Span {
     const span = this.child(HANDLER_SPAN, "internal")
     this.handler = span
-    return Context.add(this.handlerContext ?? Context.empty(), Tracer.ParentSpan, span)
+    return span
   }
 
   /** Ends the handler's span with how the handler ended. */
@@ -162,7 +154,7 @@ export class DeliveryTrace {
     const span = this.handler
     if (span === undefined) return
     this.handler = undefined
-    span.end(this.tracing.clock.unsafeCurrentTimeNanos(), exit)
+    span.end(this.tracing.clock.currentTimeNanosUnsafe(), exit)
   }
 
   /** Starts the span of a publish of `type`, and the `traceparent` that names it. */
@@ -182,7 +174,7 @@ export class DeliveryTrace {
       : typeof result === "string"
       ? Exit.fail(`The publish ended ${result}`)
       : Exit.failCause(result)
-    publish.span.end(this.tracing.clock.unsafeCurrentTimeNanos(), exit)
+    publish.span.end(this.tracing.clock.currentTimeNanosUnsafe(), exit)
   }
 
   /** Ends the delivery's span with its decision (and the handler's, if a defect left it open). */
@@ -199,19 +191,12 @@ export class DeliveryTrace {
     if (decision.code !== undefined) span.attribute("task.code", decision.code)
     if (decision.reason !== undefined) span.attribute("task.reason", decision.reason)
     span.end(
-      this.tracing.clock.unsafeCurrentTimeNanos(),
+      this.tracing.clock.currentTimeNanosUnsafe(),
       ERROR_OUTCOMES.has(decision.outcome) ? Exit.fail(Decision.format(decision)) : Exit.void,
     )
   }
 
   private child(name: string, kind: Tracer.SpanKind): Tracer.Span {
-    return this.tracing.tracer.span(
-      name,
-      Option.some(this.span),
-      Context.empty(),
-      [],
-      this.tracing.clock.unsafeCurrentTimeNanos(),
-      kind,
-    )
+    return startSpan(this.tracing, name, Option.some(this.span), kind)
   }
 }

@@ -19,5 +19,5 @@ export const isHook = (u: unknown): boolean => Effect.isEffect(u) || typeof u ==
  */
 export const toEffect = <R>(hook: Hook<R>): Effect.Effect<void, unknown, R> =>
   Effect.isEffect(hook)
-    ? Effect.asVoid(hook).pipe(Effect.catchAllDefect(Effect.fail))
+    ? Effect.asVoid(hook).pipe(Effect.catchDefect(Effect.fail))
     : Effect.tryPromise({ try: async (signal) => void (await hook(signal)), catch: (e) => e })

@@ -2,14 +2,15 @@
  * The worker's shutdown hooks, run after the drain: in order, all within one budget, each with
  * what the ones before it left.
  */
-import { Clock, Duration, Effect, Either, Option } from "effect"
+import { Clock, Duration, Effect, Option, Result } from "effect"
 import type { Hook } from "../../WorkerDefinition.ts"
 import { errorText } from "../describe.ts"
+import { timeoutDetached } from "../detach.ts"
 import * as Hooks from "./hooks.ts"
 
 /**
  * Runs hooks in order, all of them within `budget`, each with what is left of it. A hook that
- * refuses to be interrupted is left behind (`disconnect`) when its time is up, so that the hooks
+ * refuses to be interrupted is left behind (`timeoutDetached`) when its time is up, so that the hooks
  * after it still run.
  */
 export const runShutdownHooks = <R>(
@@ -23,16 +24,13 @@ export const runShutdownHooks = <R>(
       // A hook still starts once the budget is spent, with a millisecond: time for one that
       // finishes at once (a flush) after one that hung, well within the bound's slack.
       const left = Math.max(1, deadline - (yield* Clock.currentTimeMillis))
-      const result = yield* Hooks.toEffect(hook).pipe(
-        Effect.interruptible,
-        Effect.disconnect,
-        Effect.timeoutOption(Duration.millis(left)),
-        Effect.either,
+      const result = yield* Effect.result(
+        timeoutDetached(Hooks.toEffect(hook), Duration.millis(left)),
       )
-      if (Either.isLeft(result)) {
+      if (Result.isFailure(result)) {
         clean = false
-        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${errorText(result.left)}`)
-      } else if (Option.isNone(result.right)) {
+        yield* Effect.logError(`Shutdown hook ${i + 1} failed: ${errorText(result.failure)}`)
+      } else if (Option.isNone(result.success)) {
         clean = false
         yield* Effect.logError(
           `Shutdown hook ${i + 1} did not finish within the shutdown hooks' time (${

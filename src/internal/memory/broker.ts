@@ -51,7 +51,13 @@ export class BrokerCore {
   private readonly leased = new Set<Held>()
   private nextId = 1
 
-  constructor(readonly now: () => number, private readonly retainLog: boolean) {}
+  readonly now: () => number
+  private readonly retainLog: boolean
+
+  constructor(now: () => number, retainLog: boolean) {
+    this.now = now
+    this.retainLog = retainLog
+  }
 
   queue(name: string): QueueCore {
     let q = this.queues.get(name)

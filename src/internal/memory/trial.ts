@@ -14,7 +14,7 @@ import { Transport } from "../../Transport.ts"
  * and intake stops once input has ended and every task is settled.
  */
 export const layerMemoryTrial: Layer.Layer<Transport, never, Settings.Settings | Process> = Layer
-  .scoped(
+  .effect(
     Transport,
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
@@ -45,10 +45,10 @@ export const layerMemoryTrial: Layer.Layer<Transport, never, Settings.Settings |
       yield* process.stdinLines.pipe(
         Stream.filter((line) => line.trim() !== ""),
         Stream.runForEach((line) => broker.publish(settings.inQueue, toEnvelope(line))),
-        Effect.zipRight(
+        Effect.andThen(
           settled.pipe(Effect.repeat({ schedule: Schedule.spaced("20 millis"), until: (s) => s })),
         ),
-        Effect.zipRight(transport.stopIntake),
+        Effect.andThen(transport.stopIntake),
         Effect.forkScoped,
       )
       const decoder = new TextDecoder()

@@ -3,8 +3,9 @@
  * shown without leaking their text, and concurrent requests sharing one evaluation.
  */
 import type { Scope } from "effect"
-import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate } from "effect"
+import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate, Result } from "effect"
 import type { ComponentStatus, Readiness, ReadinessComponent } from "../../Probes.ts"
+import { timeoutDetached } from "../detach.ts"
 import { errorKind } from "../describe.ts"
 
 /** The longest `ProbeError` message shown. */
@@ -12,10 +13,10 @@ const MAX_MESSAGE_LENGTH = 512
 
 /** See `Probes.describeFailure`. */
 export const describeFailure = (cause: Cause.Cause<unknown>): string => {
-  const failure = Cause.failureOption(cause)
+  const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) return describeError(failure.value)
-  const defect = Cause.dieOption(cause)
-  if (Option.isSome(defect)) return describeError(defect.value)
+  const defect = Cause.findDefect(cause)
+  if (Result.isSuccess(defect)) return describeError(defect.success)
   return "interrupted"
 }
 
@@ -32,9 +33,9 @@ const describeError = (error: unknown): string => {
 /** See `Probes.evaluateReadiness`. */
 export const evaluateReadiness = (
   components: ReadonlyArray<ReadinessComponent>,
-  timeout: Duration.DurationInput,
+  timeout: Duration.Input,
 ): Effect.Effect<Readiness> => {
-  const limit = Duration.decode(timeout)
+  const limit = Duration.fromInputUnsafe(timeout)
   const timedOut: ComponentStatus = {
     status: "error",
     message: `timed out after ${Duration.format(limit)}`,
@@ -42,16 +43,18 @@ export const evaluateReadiness = (
   return Effect.forEach(
     components,
     (component) =>
-      Effect.disconnect(component.check).pipe(
-        Effect.matchCause({
+      // Not `Effect.timeout*`, which would wait for a check that refuses interruption.
+      timeoutDetached(
+        Effect.matchCause(component.check, {
           onSuccess: (): ComponentStatus => ({ status: "ok" }),
           onFailure: (cause): ComponentStatus => ({
             status: "error",
             message: describeFailure(cause),
           }),
         }),
-        Effect.timeoutTo({ duration: limit, onSuccess: (s) => s, onTimeout: () => timedOut }),
-        Effect.map((status) => [component.name, status] as const),
+        limit,
+      ).pipe(
+        Effect.map((status) => [component.name, Option.getOrElse(status, () => timedOut)] as const),
       ),
     { concurrency: "unbounded" },
   ).pipe(
@@ -72,7 +75,7 @@ export const shared = (
   evaluation: Effect.Effect<Readiness>,
 ): Effect.Effect<Effect.Effect<Readiness>, never, Scope.Scope> =>
   Effect.map(FiberSet.makeRuntime<never, Readiness, never>(), (run) => {
-    let current: Fiber.RuntimeFiber<Readiness> | undefined
+    let current: Fiber.Fiber<Readiness> | undefined
     return Effect.suspend(() => {
       if (current !== undefined) return Fiber.join(current)
       const fiber = run(evaluation)

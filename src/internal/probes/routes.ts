@@ -1,14 +1,14 @@
 /**
- * The probe routes and their answers, as an `@effect/platform` `HttpRouter`: what the probe
- * server serves, and what an app can serve from its own `HttpServer`.
+ * The probe routes and their answers, as `effect/http` routes: what the probe server serves, and
+ * what an app can add to its own `HttpRouter`.
  */
-import type * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { readFile } from "node:fs/promises"
 import type { Scope } from "effect"
 import { Cause, Effect, Option } from "effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerError from "effect/http/HttpServerError"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type { ProbeRoutesOptions, Readiness } from "../../Probes.ts"
 import { isPlainObject } from "../codec/json.ts"
 import { evaluateReadiness, shared } from "./readiness.ts"
@@ -75,41 +75,38 @@ const readyAnswer = ({ components, ready }: Readiness) => {
 const probe = (
   path: HttpRouter.PathInput,
   answer: Effect.Effect<HttpServerResponse.HttpServerResponse>,
-) => {
+): HttpRouter.Route => {
   const methodNotAllowed = json(
     405,
     errorBody("METHOD_NOT_ALLOWED", `${path} answers only GET and HEAD.`),
     { allow: ALLOW },
   )
-  const guarded = Effect.catchAllCause(
+  const guarded = Effect.catchCause(
     answer,
     (cause) =>
-      Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.as(
+      Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.as(
         Effect.logWarning(`The probe ${path} failed unexpectedly`, cause),
         error(500, "PROBE_FAILED", `The probe ${path} failed unexpectedly.`),
       ),
   )
-  return HttpRouter.makeRoute(
+  return HttpRouter.route(
     "*",
     path,
-    Effect.flatMap(
-      HttpServerRequest.HttpServerRequest,
-      (request) =>
-        request.method === "GET" || request.method === "HEAD"
-          ? guarded
-          : Effect.succeed(methodNotAllowed),
-    ),
+    (request) =>
+      request.method === "GET" || request.method === "HEAD"
+        ? guarded
+        : Effect.succeed(methodNotAllowed),
   )
 }
 
-/** See `Probes.router`. */
-export const router = (
+/** See `Probes.routes`. */
+export const routes = (
   options: ProbeRoutesOptions,
-): Effect.Effect<HttpRouter.HttpRouter, never, Scope.Scope> =>
+): Effect.Effect<ReadonlyArray<HttpRouter.Route>, never, Scope.Scope> =>
   Effect.map(shared(evaluateReadiness(options.readiness, options.probeTimeout)), (readiness) => {
     const metrics = Effect.map(options.metrics, (body) => answer(200, body, METRICS_CONTENT_TYPE))
     const version = readVersion(options.versionFile ?? DEFAULT_VERSION_FILE, options.sdkVersion)
-    return HttpRouter.fromIterable([
+    return [
       probe(
         "/health",
         Effect.map(options.health, (problem) =>
@@ -122,11 +119,11 @@ export const router = (
       probe("/metrics", metrics),
       probe("/internal/metrics", metrics),
       probe("/__version__", Effect.map(version, (doc) => json(200, doc))),
-    ])
+    ]
   })
 
 /**
- * The probe paths exactly as written: find-my-way's defaults would also route `/HEALTH`,
+ * The probe paths exactly as written: the router's defaults would also route `/HEALTH`,
  * `/health/` and `//health`, which the probe server has always answered 404.
  */
 const EXACT_PATHS = {
@@ -135,12 +132,33 @@ const EXACT_PATHS = {
   ignoreDuplicateSlashes: false,
 }
 
-/** See `Probes.httpApp`. */
-export const httpApp = (
+const isRouteNotFound = (error: unknown): boolean =>
+  HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound"
+
+/** See `Probes.httpEffect`. */
+export const httpEffect = (
   options: ProbeRoutesOptions,
-): Effect.Effect<HttpApp.Default, never, Scope.Scope> =>
-  Effect.flatMap(router(options), (routes) =>
-    HttpRouter.toHttpApp(routes).pipe(
-      Effect.locally(HttpRouter.currentRouterConfig, EXACT_PATHS),
-      Effect.map(Effect.catchTag("RouteNotFound", () => Effect.succeed(notFound))),
-    ))
+): Effect.Effect<
+  Effect.Effect<
+    HttpServerResponse.HttpServerResponse,
+    never,
+    HttpServerRequest.HttpServerRequest | Scope.Scope
+  >,
+  never,
+  Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const probes = yield* routes(options)
+    const router = yield* Effect.provideService(
+      HttpRouter.make,
+      HttpRouter.RouterConfig,
+      EXACT_PATHS,
+    )
+    yield* router.addAll(probes)
+    // A probe never fails (its failures are answered 500): the router's only failure is a path
+    // that is no probe's.
+    return Effect.catch(
+      router.asHttpEffect(),
+      (e) => isRouteNotFound(e) ? Effect.succeed(notFound) : Effect.die(e),
+    )
+  })

@@ -1,16 +1,17 @@
 /**
- * The probe server's `node:http` side (Node and Deno alike): it serves an `@effect/platform`
- * `HttpApp` as `@effect/platform-node`'s own server does (`HttpApp.toHandled`, the answer
- * written to node's response), without depending on it, within the bounds of `ProbeSockets`.
+ * The probe server's `node:http` side (Node and Deno alike): it serves an `effect/http` app (an
+ * `Effect` of the answer to the `HttpServerRequest` in context) as Effect's own servers do
+ * (`HttpEffect.toHandled`, the answer written to node's response), without
+ * `@effect/platform-node`, within the bounds of `ProbeSockets`.
  */
-import * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpServerError from "@effect/platform/HttpServerError"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Http from "node:http"
 import type { Socket } from "node:net"
 import type { Scope } from "effect"
 import { Duration, Effect, FiberSet } from "effect"
+import * as HttpEffect from "effect/http/HttpEffect"
+import * as HttpServerError from "effect/http/HttpServerError"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import { missingNetPermission } from "../../Process.ts"
 import { ProbeServerError } from "../../WorkerError.ts"
 import { ProbeSockets, type SocketBounds } from "./sockets.ts"
@@ -26,11 +27,14 @@ const CLOSE_BOUND = Duration.seconds(2)
  * left unread: no probe reads one, and the connection closes after the answer.
  */
 class IncomingRequest extends Request {
-  constructor(private readonly incoming: Http.IncomingMessage) {
+  private readonly incoming: Http.IncomingMessage
+
+  constructor(incoming: Http.IncomingMessage) {
     const raw = incoming.rawHeaders
     const headers: Array<[string, string]> = []
     for (let i = 0; i + 1 < raw.length; i += 2) headers.push([raw[i]!, raw[i + 1]!])
     super("http://probe/", { headers })
+    this.incoming = incoming
   }
   override get method(): string {
     return this.incoming.method ?? "GET"
@@ -42,7 +46,7 @@ class IncomingRequest extends Request {
 
 /**
  * Writes the app's answer: its status, its headers (`content-length` among them) and its bytes
- * (no body for HEAD, nor for the bodiless answers `HttpApp.toHandled` gives when the request
+ * (no body for HEAD, nor for the bodiless answers `HttpEffect.toHandled` gives when the request
  * ends otherwise), unless the client has gone.
  */
 const write = (
@@ -77,7 +81,7 @@ const bindError = (address: string, e: Error & { code?: string }) =>
 /** Listens until the scope ends; then closes the server and its sockets, bounded. */
 const listen = (server: Http.Server, sockets: ProbeSockets, host: string, port: number) =>
   Effect.acquireRelease(
-    Effect.async<void, ProbeServerError>((resume) => {
+    Effect.callback<void, ProbeServerError>((resume) => {
       const missing = missingNetPermission(host, port)
       if (missing !== undefined) {
         return resume(Effect.fail(new ProbeServerError({ reason: "bind", message: missing })))
@@ -96,7 +100,7 @@ const listen = (server: Http.Server, sockets: ProbeSockets, host: string, port: 
       return Effect.sync(() => server.close())
     }),
     () =>
-      Effect.async<void>((resume) => {
+      Effect.callback<void>((resume) => {
         server.close(() => resume(Effect.void))
         sockets.dropAll()
       }).pipe(Effect.interruptible, Effect.timeoutOption(CLOSE_BOUND)),
@@ -107,7 +111,11 @@ const listen = (server: Http.Server, sockets: ProbeSockets, host: string, port: 
  * one when `port` is 0).
  */
 export const serve = (
-  app: HttpApp.Default,
+  app: Effect.Effect<
+    HttpServerResponse.HttpServerResponse,
+    never,
+    HttpServerRequest.HttpServerRequest | Scope.Scope
+  >,
   options: SocketBounds & { readonly host: string; readonly port: number },
 ): Effect.Effect<number, ProbeServerError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -119,12 +127,15 @@ export const serve = (
       if (!sockets.admit(req.socket)) return
       const request = HttpServerRequest.fromWeb(new IncomingRequest(req))
       const fiber = run(Effect.provideService(
-        HttpApp.toHandled(app, (_, response) => Effect.sync(() => write(req, res, response))),
+        HttpEffect.toHandled(app, (_, response) => Effect.sync(() => write(req, res, response))),
         HttpServerRequest.HttpServerRequest,
         request,
       ))
       // A client gone (or a socket past its time) no longer needs the answer.
-      res.on("close", () => fiber.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId))
+      res.on(
+        "close",
+        () => fiber.interruptUnsafe(undefined, HttpServerError.ClientAbort.annotation),
+      )
     })
     server.on("connection", (socket: Socket) => sockets.accept(socket))
     // A malformed request: no answer is owed, and the socket's slot is freed at once.
@@ -133,8 +144,11 @@ export const serve = (
     yield* listen(server, sockets, options.host, options.port)
     const address = `${options.host}:${options.port}`
     // An error after listening (e.g. too many open files on accept) must not crash the process.
-    server.on("error", (e: Error) =>
-      run(Effect.logWarning(`The probe server on ${address} failed to accept a connection`, e)))
+    server.on(
+      "error",
+      (e: Error) =>
+        run(Effect.logWarning(`The probe server on ${address} failed to accept a connection`, e)),
+    )
 
     const bound = server.address()
     const port = typeof bound === "object" && bound !== null ? bound.port : options.port

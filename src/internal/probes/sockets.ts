@@ -39,8 +39,10 @@ export class ProbeSockets {
   private answering = 0
   private readonly max: number
   private readonly hardLimit: number
+  private readonly bounds: SocketBounds
 
-  constructor(private readonly bounds: SocketBounds) {
+  constructor(bounds: SocketBounds) {
+    this.bounds = bounds
     this.max = bounds.maxConnections
     this.hardLimit = 2 * bounds.maxConnections
   }

@@ -3,9 +3,19 @@
  * environment (or taken from code) and checked one by one, and shown as the README's table.
  * The rows themselves are in `table.ts`; the checks between fields in `Settings.ts`.
  */
-import { Config, ConfigError, Duration, Effect, Either, LogLevel, Option, Redacted } from "effect"
+import {
+  Config,
+  Duration,
+  Effect,
+  type LogLevel,
+  Option,
+  Redacted,
+  Result,
+  Schema,
+  SchemaIssue,
+} from "effect"
 import type { SettingsDefaults } from "../../Settings.ts"
-import { isNegativeOrNaN } from "../codec/duration.ts"
+import { decodeDuration, isNegativeOrNaN } from "../codec/duration.ts"
 
 /**
  * One setting. `A` is its resolved type, `I` what code may give instead of the environment.
@@ -22,7 +32,7 @@ export interface Row<A, I> {
   read(label: string, defaults: SettingsDefaults, given: I | undefined): Config.Config<Checked<A>>
 }
 
-type Checked<A> = Either.Either<A, string>
+type Checked<A> = Result.Result<A, string>
 
 /** The rows by field name, in the order they are checked and shown. */
 export type Table = { readonly [field: string]: Row<unknown, unknown> }
@@ -70,13 +80,80 @@ const rowOf = <R, A, I>(options: {
 })
 
 /**
+ * A variable's text that does not read as its kind, in Effect 3's words (`Expected an integer
+ * value but received "x"`), which the settings' messages keep.
+ */
+const invalid = (env: string, message: string): Config.ConfigError =>
+  new Config.ConfigError(
+    new Schema.SchemaError(
+      new SchemaIssue.Pointer([env], new SchemaIssue.InvalidValue({ message })),
+    ),
+  )
+
+type Parse<V> = (text: string) => Result.Result<V, string>
+
+/** The variable's text, described for `Config`. */
+const variable = (env: string, description: string): Config.Config<string> =>
+  Config.schema(Schema.String.annotate({ description }), env)
+
+/** The variable's text, read by `parse`. */
+const parsed = <V>(parse: Parse<V>) => (env: string, description: string): Config.Config<V> =>
+  variable(env, description).pipe(Config.mapEffect((text) => {
+    const result = parse(text)
+    return Result.isSuccess(result)
+      ? Effect.succeed(result.success)
+      : Effect.fail(invalid(env, result.failure))
+  }))
+
+const received = (text: string) => `but received ${JSON.stringify(text)}`
+
+// Effect 3's readings of a variable, kept so that what a variable accepts does not change:
+// Effect 4's `Config.Int`, `Number` and `Boolean` refuse spaces around a number, and take y/n.
+const asNumber: Parse<number> = (text) => {
+  const n = Number(text)
+  return Number.isNaN(n)
+    ? Result.fail(`Expected a number value ${received(text)}`)
+    : Result.succeed(n)
+}
+
+const asInteger: Parse<number> = (text) => {
+  const n = Number(text)
+  return Number.isInteger(n)
+    ? Result.succeed(n)
+    : Result.fail(`Expected an integer value ${received(text)}`)
+}
+
+const BOOLEANS: Readonly<Record<string, boolean>> = {
+  true: true,
+  yes: true,
+  on: true,
+  1: true,
+  false: false,
+  no: false,
+  off: false,
+  0: false,
+}
+
+const asBoolean: Parse<boolean> = (text) =>
+  Object.hasOwn(BOOLEANS, text)
+    ? Result.succeed(BOOLEANS[text]!)
+    : Result.fail(`Expected a boolean value ${received(text)}`)
+
+const asOneOf = <L extends string>(values: ReadonlyArray<L>): Parse<L> => (text) => {
+  const found = values.find((value) => value === text)
+  return found === undefined
+    ? Result.fail(`Expected one of (${values.join(", ")}) ${received(text)}`)
+    : Result.succeed(found)
+}
+
+/**
  * A row with a default: the environment's value read by `read`, described by the meaning (or
  * `description`), defaulted, then turned by `then` into what code may give instead (`R`).
  */
 const row = <V, R, A, I>(
   spec: Spec<V>,
   options: {
-    readonly read: (env: string) => Config.Config<V>
+    readonly read: (env: string, description: string) => Config.Config<V>
     /** How the README shows a default given as a value (default: as code). */
     readonly shown?: (value: V) => string
     readonly description?: string
@@ -92,8 +169,7 @@ const row = <V, R, A, I>(
       (options.shown ?? ((value) => `\`${value}\``))(spec.default as V),
     config: (defaults) =>
       options.then(
-        options.read(spec.env).pipe(
-          Config.withDescription(options.description ?? spec.meaning),
+        options.read(spec.env, options.description ?? spec.meaning).pipe(
           Config.withDefault(resolve(spec, defaults)),
         ),
       ),
@@ -112,42 +188,42 @@ export const integer = (
 ): Row<number, number> => {
   const { min, max = MAX_INT32 } = spec
   return row(spec, {
-    read: Config.integer,
+    read: parsed(asInteger),
     shown: String,
     then: asIs,
     given: (input: number) => input,
     check: (label, value) =>
       !Number.isInteger(value) || value < min || value > max
-        ? Either.left(`${label} must be an integer from ${min} to ${max}, got ${value}`)
-        : Either.right(value),
+        ? Result.fail(`${label} must be an integer from ${min} to ${max}, got ${value}`)
+        : Result.succeed(value),
   })
 }
 
 /**
- * A duration: seconds in the environment, a `DurationInput` in code (a bare number is
+ * A duration: seconds in the environment, a `Duration.Input` in code (a bare number is
  * milliseconds, as everywhere in Effect). Never negative, infinite, or zero unless `allowZero`.
  */
 export const duration = (
   spec: Spec<number> & { readonly allowZero: boolean },
-): Row<Duration.Duration, Duration.DurationInput> =>
+): Row<Duration.Duration, Duration.Input> =>
   row(spec, {
-    read: Config.number,
+    read: parsed(asNumber),
     shown: (seconds) => `${seconds} s`,
     description: `${spec.meaning} (seconds)`,
-    // As milliseconds, not `Duration.seconds(s)`: a Duration turns a negative value into zero,
-    // and the check must still see the sign.
-    then: Config.map((s): Duration.DurationInput => s * 1000),
-    given: (input: Duration.DurationInput) => input,
+    // As milliseconds, not `Duration.seconds(s)`, so that the check sees the input itself (a
+    // NaN one would be a zero Duration).
+    then: Config.map((s): Duration.Input => s * 1000),
+    given: (input: Duration.Input) => input,
     check: (label, input) => {
-      const decoded = Duration.decodeUnknown(input)
-      if (Option.isNone(decoded)) return Either.left(`${label} is not a duration`)
+      const decoded = decodeDuration(input)
+      if (Option.isNone(decoded)) return Result.fail(`${label} is not a duration`)
       const ms = Duration.toMillis(decoded.value)
       if (isNegativeOrNaN(input) || !Number.isFinite(ms) || (!spec.allowZero && ms === 0)) {
-        return Either.left(
+        return Result.fail(
           `${label} must be a finite duration${spec.allowZero ? ", not negative" : " above zero"}`,
         )
       }
-      return Either.right(decoded.value)
+      return Result.succeed(decoded.value)
     },
   })
 
@@ -156,13 +232,13 @@ export const text = (
   spec: Spec<string> & { readonly allowEmpty: boolean },
 ): Row<string, string> =>
   row(spec, {
-    read: Config.string,
+    read: variable,
     then: asIs,
     given: (input: string) => input,
     check: (label, value) =>
       !spec.allowEmpty && value.trim() === ""
-        ? Either.left(`${label} must not be empty`)
-        : Either.right(value),
+        ? Result.fail(`${label} must not be empty`)
+        : Result.succeed(value),
   })
 
 /** One of a few names. */
@@ -170,51 +246,48 @@ export const literal = <const L extends string>(
   spec: Spec<NoInfer<L>> & { readonly values: readonly [L, ...Array<L>] },
 ): Row<L, L> =>
   row(spec, {
-    read: Config.literal(...spec.values),
+    read: parsed(asOneOf(spec.values)),
     then: asIs,
     given: (input: L) => input,
-    check: (_label, value) => Either.right(value),
+    check: (_label, value) => Result.succeed(value),
   })
 
-/** A yes or no: `true` or `false` in the environment (`Config.boolean` also takes yes/no, on/off, 1/0). */
+/** A yes or no: `true` or `false` in the environment (also yes/no, on/off, 1/0, as in Effect 3). */
 export const boolean = (spec: Spec<boolean>): Row<boolean, boolean> =>
   row(spec, {
-    read: Config.boolean,
+    read: parsed(asBoolean),
     then: asIs,
     given: (input: boolean) => input,
-    check: (_label, value) => Either.right(value),
+    check: (_label, value) => Result.succeed(value),
   })
 
 // Python's level names (as the platform's other workers log), and Effect's own where they differ.
 const LOG_LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = {
-  trace: LogLevel.Trace,
-  debug: LogLevel.Debug,
-  info: LogLevel.Info,
-  warning: LogLevel.Warning,
-  warn: LogLevel.Warning,
-  error: LogLevel.Error,
-  critical: LogLevel.Fatal,
-  fatal: LogLevel.Fatal,
-  none: LogLevel.None,
+  trace: "Trace",
+  debug: "Debug",
+  info: "Info",
+  warning: "Warn",
+  warn: "Warn",
+  error: "Error",
+  critical: "Fatal",
+  fatal: "Fatal",
+  none: "None",
 }
 
-/** A log level by name in the environment (any case), a `LogLevel` in code. */
+/** A log level by name in the environment (any case), a `LogLevel` (`"Info"`) in code. */
 export const logLevel = (spec: Spec<string>): Row<LogLevel.LogLevel, LogLevel.LogLevel> =>
   row(spec, {
-    read: Config.string,
-    then: Config.mapOrFail((name) => {
+    read: variable,
+    then: Config.mapEffect((name) => {
       const level = LOG_LEVELS[name.trim().toLowerCase()]
       return level === undefined
-        ? Either.left(
-          ConfigError.InvalidData(
-            [spec.env],
-            `must be debug, info, warning, error, critical or none, got "${name}"`,
-          ),
+        ? Effect.fail(
+          invalid(spec.env, `must be debug, info, warning, error, critical or none, got "${name}"`),
         )
-        : Either.right(level)
+        : Effect.succeed(level)
     }),
     given: (input: LogLevel.LogLevel) => input,
-    check: (_label, level) => Either.right(level),
+    check: (_label, level) => Result.succeed(level),
   })
 
 /** A secret, absent by default: redacted from the moment it is read, so never shown. */
@@ -227,23 +300,26 @@ export const secret = (spec: {
     meaning: spec.meaning,
     shownDefault: "none",
     config: () =>
-      Config.option(Config.redacted(spec.env).pipe(Config.withDescription(spec.meaning))),
+      Config.option(
+        Config.schema(
+          Schema.Redacted(Schema.String).annotate({ description: spec.meaning }),
+          spec.env,
+        ),
+      ),
     given: (input: string | Redacted.Redacted<string>) =>
       Option.some(Redacted.isRedacted(input) ? input : Redacted.make(input)),
-    check: (_label, value) => Either.right(value),
+    check: (_label, value) => Result.succeed(value),
   })
 
-const flattenConfigError = (error: ConfigError.ConfigError): Array<string> => {
-  switch (error._op) {
-    case "And":
-    case "Or":
-      return [...flattenConfigError(error.left), ...flattenConfigError(error.right)]
-    case "InvalidData":
-    case "MissingData":
-    case "SourceUnavailable":
-    case "Unsupported":
-      return [`${error.path.join(".")}: ${error.message}`]
-  }
+const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** A `Config` failure as `VARIABLE: problem` lines. */
+const problemsOf = (error: Config.ConfigError): Array<string> => {
+  const cause = error.cause
+  if (cause._tag === "SourceError") return [cause.message]
+  return formatter(cause.issue).issues.map(({ message, path = [] }) =>
+    `${path.map((key) => String(typeof key === "object" ? key.key : key)).join(".")}: ${message}`
+  )
 }
 
 /**
@@ -261,16 +337,16 @@ export const readTable = <T extends Table>(
 }> => {
   const rows = Object.entries(table) as Array<[keyof T & string, Row<unknown, unknown>]>
   return Effect.forEach(rows, ([field, { env, read }]) => {
-    return Effect.either(read(`${field} (${env})`, defaults, given[field])).pipe(
+    return Effect.result(read(`${field} (${env})`, defaults, given[field])).pipe(
       Effect.map((result) => [field, result] as const),
     )
   }).pipe(Effect.map((results) => {
     const values: Partial<Record<keyof T, unknown>> = {}
     const problems: Array<string> = []
     for (const [field, result] of results) {
-      if (Either.isLeft(result)) problems.push(...flattenConfigError(result.left))
-      else if (Either.isLeft(result.right)) problems.push(result.right.left)
-      else values[field] = result.right.right
+      if (Result.isFailure(result)) problems.push(...problemsOf(result.failure))
+      else if (Result.isFailure(result.success)) problems.push(result.success.failure)
+      else values[field] = result.success.success
     }
     return { values: values as Partial<Values<T>>, problems }
   }))
@@ -278,8 +354,9 @@ export const readTable = <T extends Table>(
 
 /**
  * The README's settings table, one line per row (unpadded: `deno fmt README.md` pads it). To
- * regenerate it: `deno eval 'import { renderTable } from "../src/internal/settings.ts";
- * import { table } from "../src/internal/settingsTable.ts"; console.log(renderTable(table))'`.
+ * regenerate it, from the repository's root: `deno eval 'import { renderTable } from
+ * "./src/internal/settings/row.ts"; import { table } from "./src/internal/settings/table.ts";
+ * console.log(renderTable(table))'`.
  */
 export const renderTable = (table: Table): string => {
   const line = (cells: ReadonlyArray<string>) => `| ${cells.join(" | ")} |`

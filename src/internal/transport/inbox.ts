@@ -1,9 +1,10 @@
 /**
  * What a transport has received and the engine has not taken yet: offered from the broker's
- * callbacks, taken by the engine's fibers, closed once. Effect's `Queue` does this too, at a cost
- * per delivery: a take that waits makes a `Deferred` and two interruption handlers (the queue's
- * and the await's), and the transport mapped and caught around it. Here a waiting take is one
- * `Effect.async`, whose canceler (its one interruption handler) forgets the taker.
+ * callbacks, taken by the engine's fibers, closed once. Effect's `Queue` does this too, but its end
+ * is an error (`Cause.Done`) that the transport would map to `None` around every take, and a
+ * waiting take is woken to take again. Here an offer hands its item to the taker waiting longest,
+ * and a waiting take is one `Effect.callback`, whose canceler (its one interruption handler)
+ * forgets the taker.
  */
 import { Effect, Option } from "effect"
 
@@ -39,7 +40,7 @@ export class Inbox<A, E> {
     return Effect.suspend(() => {
       if (this.end !== undefined) return this.end
       if (this.head < this.items.length) return Effect.succeed(Option.some(f(this.shift())))
-      return Effect.async<Option.Option<B>, E>((resume) => {
+      return Effect.callback<Option.Option<B>, E>((resume) => {
         const taker: Taker<A, E> = (item, end) =>
           resume(end ?? Effect.succeed(Option.some(f(item as A))))
         this.takers.add(taker)

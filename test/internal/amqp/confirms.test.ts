@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Fiber, TestClock } from "effect"
+import { Duration, Effect, Fiber } from "effect"
+import { TestClock } from "effect/testing"
 import * as Confirms from "../../../src/internal/amqp/confirms.ts"
 import { PublishError } from "../../../src/WorkerError.ts"
 import { eventually, FakeChannel } from "./fakes.ts"
@@ -14,7 +15,7 @@ const publishing = Effect.gen(function* () {
   /** A publish forked and left waiting for its confirm. */
   const publish = Effect.gen(function* () {
     const before = channel.published.length
-    const fiber = yield* Effect.fork(confirms.publish(on, body, "success"))
+    const fiber = yield* Effect.forkChild(confirms.publish(on, body, "success"))
     yield* eventually(() => channel.published.length > before)
     return { fiber, sent: channel.published[before]! }
   })
@@ -22,7 +23,7 @@ const publishing = Effect.gen(function* () {
 })
 
 describe("Confirms", () => {
-  it.scoped("a publish the broker confirms succeeds: persistent JSON to the output queue, mandatory, with its type", () =>
+  it.effect("a publish the broker confirms succeeds: persistent JSON to the output queue, mandatory, with its type", () =>
     Effect.gen(function* () {
       const { publish } = yield* publishing
       const { fiber, sent } = yield* publish
@@ -36,12 +37,12 @@ describe("Confirms", () => {
         mandatory: true,
         messageId: "1",
       })
-      expect(fiber.unsafePoll()).toBeNull()
+      expect(fiber.pollUnsafe()).toBeUndefined()
       sent.confirm(null)
       yield* Fiber.join(fiber)
     }))
 
-  it.scoped("a publish the broker nacks fails as nacked", () =>
+  it.effect("a publish the broker nacks fails as nacked", () =>
     Effect.gen(function* () {
       const { publish } = yield* publishing
       const { fiber, sent } = yield* publish
@@ -51,7 +52,7 @@ describe("Confirms", () => {
       )
     }))
 
-  it.scoped("a confirm failed by the channel's close fails as closed", () =>
+  it.effect("a confirm failed by the channel's close fails as closed", () =>
     Effect.gen(function* () {
       const { publish } = yield* publishing
       const { fiber, sent } = yield* publish
@@ -59,7 +60,7 @@ describe("Confirms", () => {
       expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("closed")
     }))
 
-  it.scoped("a publish on a channel that throws fails as closed", () =>
+  it.effect("a publish on a channel that throws fails as closed", () =>
     Effect.gen(function* () {
       const { channel, confirms, on } = yield* publishing
       channel.publishThrows = new Error("Channel closed")
@@ -67,7 +68,7 @@ describe("Confirms", () => {
       expect(error).toEqual(new PublishError({ reason: "closed", messageType: "started" }))
     }))
 
-  it.scoped("a publish the broker returns fails as returned, and the next is confirmed", () =>
+  it.effect("a publish the broker returns fails as returned, and the next is confirmed", () =>
     Effect.gen(function* () {
       const { channel, publish } = yield* publishing
       const first = yield* publish
@@ -79,12 +80,12 @@ describe("Confirms", () => {
       yield* Fiber.join(second.fiber)
     }))
 
-  it.scoped("a publish never confirmed fails as timeout once the confirm timeout has passed, and its late confirm is ignored", () =>
+  it.effect("a publish never confirmed fails as timeout once the confirm timeout has passed, and its late confirm is ignored", () =>
     Effect.gen(function* () {
       const { publish } = yield* publishing
       const { fiber, sent } = yield* publish
       yield* TestClock.adjust("9750 millis")
-      expect(fiber.unsafePoll()).toBeNull()
+      expect(fiber.pollUnsafe()).toBeUndefined()
       yield* TestClock.adjust("250 millis")
       expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("timeout")
       sent.confirm(null)

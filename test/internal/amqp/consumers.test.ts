@@ -9,7 +9,7 @@ import { eventually, FakeChannel } from "./fakes.ts"
 /** Consumers at `capacity` on a fake channel, filled as a new connection fills them. */
 const consuming = (
   capacity: number,
-  options: { readonly consumerTimeout?: Duration.DurationInput } = {},
+  options: { readonly consumerTimeout?: Duration.Input } = {},
 ) =>
   Effect.gen(function* () {
     const inbox = new Inbox<Delivery, TransportError>()
@@ -68,9 +68,9 @@ describe("Consumers", () => {
     Effect.gen(function* () {
       const { channel, consumers } = yield* consuming(4)
       channel.holding.add("cancel")
-      const shrinking = yield* Effect.fork(consumers.setCapacity(2))
+      const shrinking = yield* Effect.forkChild(consumers.setCapacity(2))
       yield* eventually(() => channel.log.includes("consumer.cancel ctag-1"))
-      expect(shrinking.unsafePoll()).toBeNull()
+      expect(shrinking.pollUnsafe()).toBeUndefined()
       channel.release()
       yield* Fiber.join(shrinking)
       expect(channel.windows()).toEqual([2])
@@ -89,7 +89,7 @@ describe("Consumers", () => {
     Effect.gen(function* () {
       const { channel, consumers, inbox } = yield* consuming(4)
       channel.holding.add("consume")
-      const growing = yield* Effect.fork(consumers.setCapacity(6))
+      const growing = yield* Effect.forkChild(consumers.setCapacity(6))
       yield* eventually(() => channel.windows().length === 2)
       yield* consumers.stopIntake
       expect(channel.windows()).toEqual([2])

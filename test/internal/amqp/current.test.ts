@@ -3,16 +3,16 @@ import { Effect, Fiber } from "effect"
 import { Current } from "../../../src/internal/amqp/current.ts"
 
 /** Lets forked fibers reach their wait. */
-const settle = Effect.repeatN(Effect.yieldNow(), 20)
+const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 
 describe("Current", () => {
   it.effect("holds nothing at first; get waits for the value set, then answers at once", () =>
     Effect.gen(function* () {
       const current = new Current<string>()
       expect(current.now).toBeUndefined()
-      const waiting = yield* Effect.fork(current.get)
+      const waiting = yield* Effect.forkChild(current.get)
       yield* settle
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       current.set("first")
       expect(yield* Fiber.join(waiting)).toBe("first")
       expect(current.now).toBe("first")
@@ -25,7 +25,7 @@ describe("Current", () => {
       current.set("first")
       current.clear()
       expect(current.now).toBeUndefined()
-      const waiting = yield* Effect.fork(current.get)
+      const waiting = yield* Effect.forkChild(current.get)
       yield* settle
       current.set("second")
       expect(yield* Fiber.join(waiting)).toBe("second")
@@ -34,7 +34,7 @@ describe("Current", () => {
   it.effect("an interrupted wait is forgotten", () =>
     Effect.gen(function* () {
       const current = new Current<string>()
-      const waiting = yield* Effect.fork(current.get)
+      const waiting = yield* Effect.forkChild(current.get)
       yield* settle
       const waiters = () => (current as unknown as { waiting: Set<unknown> }).waiting.size
       expect(waiters()).toBe(1)

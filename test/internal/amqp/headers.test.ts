@@ -9,7 +9,7 @@ import { eventually, FakeChannel } from "./fakes.ts"
 const TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 describe("AMQP headers", () => {
-  it.scoped("a publish given headers sets them as the message's AMQP headers", () =>
+  it.effect("a publish given headers sets them as the message's AMQP headers", () =>
     Effect.gen(function* () {
       const confirms = yield* Confirms.make({
         outQueue: "out",
@@ -18,7 +18,7 @@ describe("AMQP headers", () => {
       const channel = new FakeChannel("publisher")
       const on = { publisher: channel, returned: confirms.track(channel) }
       const body = new TextEncoder().encode(`{"task_id":"t-1"}`)
-      const fiber = yield* Effect.fork(
+      const fiber = yield* Effect.forkChild(
         confirms.publish(on, body, "started", { traceparent: TRACEPARENT }),
       )
       yield* eventually(() => channel.published.length > 0)

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Fiber, Option, Scope, SubscriptionRef, TestClock } from "effect"
+import { Duration, Effect, Exit, Fiber, Option, Scope, SubscriptionRef } from "effect"
+import { TestClock } from "effect/testing"
 import * as Confirms from "../../../src/internal/amqp/confirms.ts"
 import * as Consumers from "../../../src/internal/amqp/consumers.ts"
 import { Current } from "../../../src/internal/amqp/current.ts"
@@ -49,7 +50,7 @@ const sessions = (connections: ReadonlyArray<FakeConnection | Error>) =>
   })
 
 describe("Session", () => {
-  it.scoped("connects, opens both channels at once, declares both queues durable, consumes, then holds the session", () =>
+  it.effect("connects, opens both channels at once, declares both queues durable, consumes, then holds the session", () =>
     Effect.gen(function* () {
       const connection = new FakeConnection()
       const { status, current } = yield* sessions([connection])
@@ -69,7 +70,7 @@ describe("Session", () => {
     Effect.gen(function* () {
       const connection = new FakeConnection()
       const scope = yield* Scope.make()
-      const { status, current } = yield* sessions([connection]).pipe(Scope.extend(scope))
+      const { status, current } = yield* sessions([connection]).pipe(Scope.provide(scope))
       yield* eventually(() => status() === "connected")
       connection.log.length = 0
       yield* Scope.close(scope, Exit.void)
@@ -84,7 +85,7 @@ describe("Session", () => {
       expect(status()).toBe("disconnected")
     }))
 
-  it.scoped("a lost connection loses its leases and its session, and the next connects at once", () =>
+  it.effect("a lost connection loses its leases and its session, and the next connects at once", () =>
     Effect.gen(function* () {
       const first = new FakeConnection()
       const second = new FakeConnection()
@@ -99,7 +100,7 @@ describe("Session", () => {
       expect(second.consumer.windows()).toEqual([2])
     }))
 
-  it.scoped("a failed attempt is retried after a backoff", () =>
+  it.effect("a failed attempt is retried after a backoff", () =>
     Effect.gen(function* () {
       const connection = new FakeConnection()
       const { status, attempts } = yield* sessions(
@@ -113,7 +114,7 @@ describe("Session", () => {
       expect(attempts()).toBe(2)
     }))
 
-  it.scoped("a configuration error is not retried: the loop fails with it", () =>
+  it.effect("a configuration error is not retried: the loop fails with it", () =>
     Effect.gen(function* () {
       const connection = new FakeConnection()
       connection.consumer.failing.set(
@@ -126,7 +127,7 @@ describe("Session", () => {
       expect(attempts()).toBe(1)
     }))
 
-  it.scoped("with intake stopped, a connection opens no consumer channel and declares both queues on the confirm channel", () =>
+  it.effect("with intake stopped, a connection opens no consumer channel and declares both queues on the confirm channel", () =>
     Effect.gen(function* () {
       const connection = new FakeConnection()
       const inbox = new Inbox<Delivery, TransportError>()

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, HashMap, Logger, Schema } from "effect"
-import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/plan.ts"
+import { Cause, Effect, Logger, References, Schema } from "effect"
+import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/conclude.ts"
 import * as WorkerHarness from "../../../src/testing.ts"
 import * as Worker from "../../../src/Worker.ts"
 
@@ -25,26 +25,30 @@ interface Line {
 /** Every line with its Cause, as the app's Logger receives it; `refuseCauses` throws on one. */
 const capture = (options: { readonly refuseCauses?: boolean } = {}) => {
   const lines: Array<Line> = []
-  const layer = Logger.replace(
-    Logger.defaultLogger,
-    Logger.make(({ annotations, cause, logLevel, message }) => {
-      if (options.refuseCauses && !Cause.isEmpty(cause)) throw new Error("cannot render it")
+  const layer = Logger.layer([
+    Logger.make(({ cause, fiber, logLevel, message }) => {
+      if (options.refuseCauses && cause.reasons.length > 0) throw new Error("cannot render it")
       lines.push({
-        level: logLevel.label,
+        level: logLevel,
         message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
         cause,
-        annotations: Object.fromEntries(HashMap.toEntries(annotations)),
+        annotations: fiber.getRef(References.CurrentLogAnnotations),
       })
     }),
-  )
+  ])
   return { lines, layer }
 }
+
+const defectsOf = (cause: Cause.Cause<unknown>) =>
+  cause.reasons.filter(Cause.isDieReason).map((reason) => reason.defect)
+const failuresOf = (cause: Cause.Cause<unknown>) =>
+  cause.reasons.filter(Cause.isFailReason).map((reason) => reason.error)
 
 const SECRET = "connection to db://admin:hunter2@db failed"
 const decoder = new TextDecoder()
 
 describe("deliver: an unexpected handler failure", () => {
-  it.scoped("is logged as an ERROR line carrying the handler's whole Cause; the platform gets the fixed sentence", () => {
+  it.effect("is logged as an ERROR line carrying the handler's whole Cause; the platform gets the fixed sentence", () => {
     const { lines, layer } = capture()
     return Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(define(() => Effect.die(new Error(SECRET))))
@@ -52,12 +56,12 @@ describe("deliver: an unexpected handler failure", () => {
       run.assertFailed({ code: "INTERNAL_ERROR" })
       expect(run.error!.message).toBe(INTERNAL_MESSAGE)
       for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
-      const errors = lines.filter((l) => l.level === "ERROR")
+      const errors = lines.filter((l) => l.level === "Error")
       expect(errors).toHaveLength(1)
       const [line] = errors
       expect(line!.message).toBe("The handler failed with an unexpected Error")
       expect(line!.annotations).toMatchObject({ task_id: "t-die", error: "Error" })
-      const defects = [...Cause.defects(line!.cause)]
+      const defects = defectsOf(line!.cause)
       expect(defects).toHaveLength(1)
       expect((defects[0] as Error).message).toBe(SECRET)
       expect(Cause.pretty(line!.cause)).toContain(SECRET)
@@ -65,18 +69,18 @@ describe("deliver: an unexpected handler failure", () => {
     }).pipe(Effect.provide(layer))
   })
 
-  it.scoped("a failure with a plain value: its Cause is that failure", () => {
+  it.effect("a failure with a plain value: its Cause is that failure", () => {
     const { lines, layer } = capture()
     return Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(define(() => Effect.fail(SECRET)))
       ;(yield* harness.submit({ text: "x" })).assertFailed({ code: "INTERNAL_ERROR" })
-      const line = lines.find((l) => l.level === "ERROR")!
+      const line = lines.find((l) => l.level === "Error")!
       expect(line.message).toBe("The handler failed with an unexpected string")
-      expect([...Cause.failures(line.cause)]).toEqual([SECRET])
+      expect(failuresOf(line.cause)).toEqual([SECRET])
     }).pipe(Effect.provide(layer))
   })
 
-  it.scoped("a Logger that cannot render the Cause gets the line without it, and the task still concludes", () => {
+  it.effect("a Logger that cannot render the Cause gets the line without it, and the task still concludes", () => {
     const { lines, layer } = capture({ refuseCauses: true })
     return Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(define(async () => {
@@ -86,9 +90,9 @@ describe("deliver: an unexpected handler failure", () => {
       ;(yield* harness.submit({ text: "x" }, { taskId: "t-thrown" })).assertFailed({
         code: "INTERNAL_ERROR",
       })
-      const errors = lines.filter((l) => l.level === "ERROR")
+      const errors = lines.filter((l) => l.level === "Error")
       expect(errors.map((l) => l.message)).toEqual(["The handler failed with an unexpected Error"])
-      expect(Cause.isEmpty(errors[0]!.cause)).toBe(true)
+      expect(errors[0]!.cause.reasons).toEqual([])
       expect(errors[0]!.annotations).toMatchObject({ task_id: "t-thrown", error: "Error" })
     }).pipe(Effect.provide(layer))
   })

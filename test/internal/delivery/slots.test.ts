@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { Slots } from "../../../src/internal/delivery/slots.ts"
 
-const settle = Effect.repeatN(Effect.yieldNow(), 20)
+const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 
 describe("Slots", () => {
   it.effect("takes free slots at once, and a wait ends when one is released", () =>
@@ -11,9 +11,9 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(true)
       expect(slots.tryTake()).toBe(true)
       expect(slots.tryTake()).toBe(false)
-      const waiting = yield* Effect.fork(slots.awaitFree())
+      const waiting = yield* Effect.forkChild(slots.awaitFree())
       yield* settle
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release()
       yield* Fiber.join(waiting)
       expect(slots.tryTake()).toBe(true)
@@ -26,9 +26,9 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(true)
       expect(slots.tryTake()).toBe(false)
       slots.release()
-      const waiting = yield* Effect.fork(slots.awaitFree())
+      const waiting = yield* Effect.forkChild(slots.awaitFree())
       yield* settle
-      expect(waiting.unsafePoll()).not.toBeNull()
+      expect(waiting.pollUnsafe()).not.toBeUndefined()
     }))
 
   it.effect("a weighted wait ends only when its whole weight is free", () =>
@@ -36,10 +36,10 @@ describe("Slots", () => {
       const slots = new Slots(3)
       expect(slots.tryTake(2)).toBe(true)
       expect(slots.tryTake()).toBe(true)
-      const waiting = yield* Effect.fork(slots.awaitFree(2))
+      const waiting = yield* Effect.forkChild(slots.awaitFree(2))
       slots.release()
       yield* settle
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release(2)
       yield* Fiber.join(waiting)
       expect(slots.tryTake(3)).toBe(true)
@@ -51,11 +51,11 @@ describe("Slots", () => {
       for (let i = 0; i < 3; i++) expect(slots.tryTake()).toBe(true)
       slots.resize(1)
       expect(slots.free).toBe(-2)
-      const waiting = yield* Effect.fork(slots.awaitFree())
+      const waiting = yield* Effect.forkChild(slots.awaitFree())
       slots.release()
       slots.release()
       yield* settle
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release()
       yield* Fiber.join(waiting)
       expect(slots.free).toBe(1)
@@ -64,8 +64,8 @@ describe("Slots", () => {
   it.effect("a growth wakes the waits", () =>
     Effect.gen(function* () {
       const slots = new Slots(0)
-      const first = yield* Effect.fork(slots.awaitFree())
-      const second = yield* Effect.fork(slots.awaitFree())
+      const first = yield* Effect.forkChild(slots.awaitFree())
+      const second = yield* Effect.forkChild(slots.awaitFree())
       yield* settle
       slots.resize(2)
       yield* Fiber.join(first)
@@ -76,11 +76,11 @@ describe("Slots", () => {
     Effect.gen(function* () {
       const slots = new Slots(1)
       expect(slots.tryTake()).toBe(true)
-      const gone = yield* Effect.fork(slots.awaitFree())
-      const next = yield* Effect.fork(slots.awaitFree())
+      const gone = yield* Effect.forkChild(slots.awaitFree())
+      const next = yield* Effect.forkChild(slots.awaitFree())
       yield* settle
       slots.release()
-      gone.unsafeInterruptAsFork(gone.id())
+      gone.interruptUnsafe(gone.id)
       yield* Fiber.await(gone)
       yield* Fiber.join(next)
       expect(slots.tryTake()).toBe(true)

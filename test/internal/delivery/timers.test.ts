@@ -1,14 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
-import { type Duration, Effect, TestClock } from "effect"
+import { type Duration, Effect } from "effect"
+import { TestClock } from "effect/testing"
 import * as Timers from "../../../src/internal/delivery/timers.ts"
 
-const settle = Effect.repeatN(Effect.yieldNow(), 20)
+const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 /** Moves the clock, then lets the timers' fiber run. */
-const advance = (duration: Duration.DurationInput) =>
-  Effect.zipRight(TestClock.adjust(duration), settle)
+const advance = (duration: Duration.Input) => Effect.andThen(TestClock.adjust(duration), settle)
 
 describe("Timers", () => {
-  it.scoped("runs an action when its delay has passed, not before", () =>
+  it.effect("runs an action when its delay has passed, not before", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
@@ -20,18 +20,18 @@ describe("Timers", () => {
       expect(fired).toEqual(["a"])
     }))
 
-  it.scoped("a cancelled timer never runs", () =>
+  it.effect("a cancelled timer never runs", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
-      const cancel = timers.after(1000, Effect.sync(() => fired.push("a")))
+      const timer = timers.after(1000, Effect.sync(() => fired.push("a")))
       timers.after(1000, Effect.sync(() => fired.push("b")))
-      cancel()
+      timer.cancel()
       yield* advance("2 seconds")
       expect(fired).toEqual(["b"])
     }))
 
-  it.scoped("timers of different delays fire in due order, a shorter one registered later first", () =>
+  it.effect("timers of different delays fire in due order, a shorter one registered later first", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
@@ -49,7 +49,7 @@ describe("Timers", () => {
       expect(fired).toEqual(["1s+1s", "5s", "30s"])
     }))
 
-  it.scoped("goes idle when empty and wakes for the next timer", () =>
+  it.effect("goes idle when empty and wakes for the next timer", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<number> = []
@@ -61,12 +61,12 @@ describe("Timers", () => {
       expect(fired).toEqual([1, 2])
     }))
 
-  it.scoped("a timer cancelled before the fiber ran makes the next one neither late nor early", () =>
+  it.effect("a timer cancelled before the fiber ran makes the next one neither late nor early", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       // A short task: its time limit is cancelled before the timers' fiber runs.
-      timers.after(1000, Effect.sync(() => fired.push("cancelled")))()
+      timers.after(1000, Effect.sync(() => fired.push("cancelled"))).cancel()
       timers.after(1500, Effect.sync(() => fired.push("later")))
       timers.after(500, Effect.sync(() => fired.push("sooner")))
       yield* settle
@@ -80,12 +80,12 @@ describe("Timers", () => {
       expect(fired).toEqual(["sooner", "later"])
     }))
 
-  it.scoped("lanes emptied and dropped or kept, for many delays, still fire in due order", () =>
+  it.effect("lanes emptied and dropped or kept, for many delays, still fire in due order", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<number> = []
       for (let delay = 1_000; delay <= 20_000; delay += 1_000) {
-        timers.after(delay, Effect.sync(() => fired.push(-delay)))()
+        timers.after(delay, Effect.sync(() => fired.push(-delay))).cancel()
       }
       for (const delay of [20_000, 3_000, 11_000, 1_000]) {
         timers.after(delay, Effect.sync(() => fired.push(delay)))
@@ -97,7 +97,7 @@ describe("Timers", () => {
       expect(fired).toEqual([1_000, 3_000, 11_000, 20_000])
     }))
 
-  it.scoped("calls a function action on its own fiber; one that throws stops no other timer", () =>
+  it.effect("calls a function action on its own fiber; one that throws stops no other timer", () =>
     Effect.gen(function* () {
       const timers = yield* Timers.make
       const fired: Array<string> = []

@@ -2,10 +2,11 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option } from "effect"
 import { Inbox } from "../../../src/internal/transport/inbox.ts"
 
-const settle = Effect.repeatN(Effect.yieldNow(), 20)
+const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 
 /** A take forked and left to reach its wait. */
-const waitingTake = <A, E>(take: Effect.Effect<A, E>) => Effect.tap(Effect.fork(take), () => settle)
+const waitingTake = <A, E>(take: Effect.Effect<A, E>) =>
+  Effect.tap(Effect.forkChild(take), () => settle)
 
 describe("Inbox", () => {
   it.effect("gives kept items in order, then makes a take wait for the next offer", () =>
@@ -16,7 +17,7 @@ describe("Inbox", () => {
       expect(yield* inbox.take).toEqual(Option.some("a"))
       expect(yield* inbox.take).toEqual(Option.some("b"))
       const waiting = yield* waitingTake(inbox.take)
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       expect(inbox.offer("c")).toBe(true)
       expect(yield* Fiber.join(waiting)).toEqual(Option.some("c"))
     }))
@@ -50,7 +51,7 @@ describe("Inbox", () => {
       inbox.offer("c")
       expect(inbox.takeAll()).toEqual(["b", "c"])
       const waiting = yield* waitingTake(inbox.take)
-      expect(waiting.unsafePoll()).toBeNull()
+      expect(waiting.pollUnsafe()).toBeUndefined()
       yield* Fiber.interrupt(waiting)
     }))
 

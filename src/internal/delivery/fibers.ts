@@ -1,6 +1,6 @@
 /**
- * The engine's fibers: a pool of long-lived fibers, each taking deliveries from the transport
- * and carrying each one's whole life (`deliver.ts`) until intake stops. The pool grows as
+ * The engine's fibers: long-lived fibers, each taking deliveries from the transport
+ * and carrying each one's whole life (`deliver.ts`) until intake stops. They grow in number as
  * deliveries come, up to the limiter's target, rather than one fiber per slot of a target that
  * may be 2^31 − 1; a fiber whose handler the engine stopped is replaced, and one above a lowered
  * target retires once its delivery is settled.
@@ -10,44 +10,53 @@ import { Cause, Effect, FiberSet, Option } from "effect"
 import type { TransportError } from "../../WorkerError.ts"
 import type { DeliveryFiber, EngineContext } from "./context.ts"
 import { deliver } from "./deliver.ts"
+import { deliveryBase } from "./fiberContext.ts"
 
-/** A running pool. */
-export interface Pool {
+/** The engine's fibers, running. */
+export interface Fibers {
   /** Starts the first fiber, and completes when every fiber has ended (intake stopped). */
   readonly consume: Effect.Effect<void, TransportError>
-  /** Completes when no pool fiber is left. */
+  /** Completes when no engine fiber is left. */
   readonly awaitEmpty: Effect.Effect<void>
   /** Interrupts every fiber: each requeues what it holds. */
   readonly interruptAll: Effect.Effect<void>
-  /** One more fiber if none waits for a delivery and the pool is below the target. */
+  /** One more fiber if none waits for a delivery and there are fewer than the target. */
   readonly grow: Effect.Effect<void>
 }
 
-/** Makes the pool of the engine `ctx`, its fibers living in the current scope. */
+/** Makes the fibers of the engine `ctx`, living in the current scope. */
 export const make = <A, O, R>(
   ctx: EngineContext<A, O, R>,
-): Effect.Effect<Pool, never, Scope.Scope> =>
+): Effect.Effect<Fibers, never, Scope.Scope> =>
   Effect.gen(function* () {
     const fibers = yield* FiberSet.make<void, TransportError>()
-    const forkPool = yield* FiberSet.runtime(fibers)<never>()
+    // Every engine fiber runs with the engine's context: what their deliveries start from is made
+    // once.
+    const context = yield* Effect.context<never>()
+    const base = deliveryBase(context, ctx.handlerContext)
     let failure: Cause.Cause<TransportError> | undefined
     let size = 0
-    /** Pool fibers waiting for a delivery. */
+    /** Engine fibers waiting for a delivery. */
     let idle = 0
 
     const mayGrow = () =>
       !ctx.closing.closed && idle === 0 && size < Math.max(1, ctx.limiter.target())
 
     /**
-     * A pool fiber: uninterruptible but while it waits for a delivery (and where `deliver`
-     * restores). Forked on the engine's runtime, interruptible, whoever spawns it: a pool fiber
-     * growing the pool from its uninterruptible task, or `worker.setConcurrency` from a Promise.
+     * An engine fiber: uninterruptible but while it waits for a delivery (and where `deliver`
+     * restores). Detached, with the engine's context and interruptible, whoever spawns it: a
+     * engine fiber growing the fibers from its uninterruptible task, or `worker.setConcurrency` from
+     * a Promise. Started from the spawner's scheduler, as a fork is, rather than here and now
+     * inside the spawning task: a fiber run from a context (`FiberSet.runtime`) starts at once
+     * in Effect 4, and a yield of its own first would give each engine fiber a dispatcher of its
+     * own, memory `bench/engine.ts` counts per task in flight.
      */
     const spawn: Effect.Effect<void> = Effect.suspend(() => {
       const loop = Effect.uninterruptibleMask((restore) =>
-        Effect.withFiberRuntime<void, TransportError>((fiber) => {
-          const df: DeliveryFiber = { fiber, stopped: false }
+        Effect.withFiber<void, TransportError>((fiber) => {
+          const df: DeliveryFiber = { fiber, base, stopped: false }
           let waiting = false
+          fiber.setContext(context)
           return Effect.gen(function* () {
             for (;;) {
               waiting = true
@@ -68,10 +77,10 @@ export const make = <A, O, R>(
               size--
               if (waiting) idle--
             })),
-            // Kept: when the last pool fiber fails, `awaitEmpty` may win `consume`'s race first.
-            Effect.tapErrorCause((cause) =>
+            // Kept: when the last engine fiber fails, `awaitEmpty` may win `consume`'s race first.
+            Effect.tapCause((cause) =>
               Effect.sync(() => {
-                if (!Cause.isInterruptedOnly(cause)) failure ??= cause
+                if (!Cause.hasInterruptsOnly(cause)) failure ??= cause
               })
             ),
             Effect.onExit(() => (df.stopped && !ctx.closing.closed ? spawn : Effect.void)),
@@ -79,8 +88,7 @@ export const make = <A, O, R>(
         })
       )
       size++
-      // Scheduled, as a fork is, rather than run here and now inside the spawning task.
-      return Effect.sync(() => void forkPool(Effect.interruptible(loop), { immediate: false }))
+      return Effect.flatMap(Effect.forkDetach(loop), (fiber) => FiberSet.add(fibers, fiber))
     })
 
     const grow = Effect.suspend(() => (mayGrow() ? spawn : Effect.void))

@@ -1,0 +1,199 @@
+/**
+ * Step 6 decided: what a handler's run comes to. Its exit is read as a {@link Verdict}
+ * ({@link classify}), which comes to the {@link Next} step: a {@link Plan} to settle (a `success`
+ * or `failure` to publish, a requeue, a lease lost), or a retry's backoff before the requeue.
+ * Plain functions, tested without fibers (`test/internal/delivery/conclude.test.ts`).
+ */
+import { Cause, Duration, Exit, Result, type Schema } from "effect"
+import type * as Concurrency from "../../Concurrency.ts"
+import { FAILURE_CODE_PATTERN } from "../../Protocol.ts"
+import type { WorkerSettings } from "../../Settings.ts"
+import type { LeaseLost } from "../../WorkerError.ts"
+import { errorKind } from "../describe.ts"
+import { formatIssues } from "../codec/issues.ts"
+import { conclude, fail, fenced, type Plan, requeue, type Task } from "./plan.ts"
+
+/** The failure message of `INTERNAL_ERROR`: never the exception's text. */
+export const INTERNAL_MESSAGE = "The worker failed while running the task."
+
+/** What the handler's run came to. */
+export type Verdict =
+  | { readonly _tag: "Success"; readonly output: unknown }
+  | { readonly _tag: "Fatal"; readonly code: string; readonly message: string }
+  | {
+    readonly _tag: "Retry"
+    readonly code: string | undefined
+    readonly message: string | undefined
+    readonly delay: unknown
+    readonly congestion: boolean
+  }
+  | { readonly _tag: "Timeout" }
+  | {
+    readonly _tag: "Internal"
+    readonly name: string
+    /** The handler's whole Cause, for the log line only: never published. */
+    readonly cause: Cause.Cause<unknown>
+  }
+  | { readonly _tag: "Lost"; readonly lost: LeaseLost }
+  | { readonly _tag: "Shutdown" }
+
+/** A line the step that carries out a plan logs first. */
+export interface Note {
+  readonly level: "warning" | "error"
+  readonly message: string
+  readonly error?: string | undefined
+  /** The handler's Cause, logged with the line (its message and stack reach the app's Logger). */
+  readonly cause?: Cause.Cause<unknown> | undefined
+}
+
+/**
+ * The step after the handler: settle as planned (after logging `note`), or wait the retry's
+ * backoff (the error's own `delay`, if valid) and then requeue.
+ */
+export type Next =
+  | { readonly _tag: "Settle"; readonly plan: Plan; readonly note?: Note | undefined }
+  | { readonly _tag: "Backoff"; readonly delay: unknown; readonly plan: Plan }
+
+const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
+  typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === tag
+
+/**
+ * What the handler's exit means. Never throws, whatever the handler failed with (a value with
+ * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error.
+ */
+export const classify = (exit: Exit.Exit<unknown, unknown>): Verdict => {
+  if (Exit.isSuccess(exit)) return { _tag: "Success", output: exit.value }
+  if (Cause.hasInterruptsOnly(exit.cause)) {
+    return { _tag: "Internal", name: "Interrupted", cause: exit.cause }
+  }
+  try {
+    const failure = Cause.findErrorOption(exit.cause)
+    const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)
+    if (isTagged(error, "FatalError")) {
+      const e = error as unknown as { code: unknown; message: unknown }
+      return { _tag: "Fatal", code: String(e.code), message: String(e.message ?? "") }
+    }
+    if (isTagged(error, "RetryableError")) {
+      const e = error as unknown as {
+        code?: unknown
+        message?: unknown
+        delay?: unknown
+        congestion?: unknown
+      }
+      return {
+        _tag: "Retry",
+        code: e.code === undefined ? undefined : String(e.code),
+        // A tagged error made without a message inherits `Error.prototype.message` (""): an
+        // empty message falls back to the sentence as an absent one does.
+        message: typeof e.message === "string" && e.message !== "" ? e.message : undefined,
+        delay: e.delay,
+        congestion: e.congestion === true,
+      }
+    }
+    return { _tag: "Internal", name: errorKind(error), cause: exit.cause }
+  } catch {
+    return { _tag: "Internal", name: "unreadable error", cause: exit.cause }
+  }
+}
+
+/** How the handler ended, as the adaptive concurrency policy reads it. */
+export const handlerEnd = (verdict: Verdict): Concurrency.HandlerEnd => {
+  switch (verdict._tag) {
+    case "Success":
+      return "success"
+    case "Retry":
+      return verdict.congestion ? "congestion" : "other"
+    case "Timeout":
+      return "timeout"
+    default:
+      return "other"
+  }
+}
+
+/** Step 6 for a handler that succeeded: its output, encoded by the output schema, is the response. */
+const succeeded = (
+  output: unknown,
+  task: Task,
+  encodeOutput: (u: unknown) => Result.Result<unknown, Schema.SchemaError>,
+): Plan => {
+  let encoded: Result.Result<unknown, Schema.SchemaError | undefined>
+  try {
+    encoded = encodeOutput(output)
+  } catch {
+    encoded = Result.fail(undefined)
+  }
+  if (Result.isFailure(encoded)) {
+    return fail(
+      task,
+      "INVALID_OUTPUT",
+      encoded.failure === undefined
+        ? "The handler's output could not be encoded with the output schema."
+        : `The handler's output does not match the output schema: ${formatIssues(encoded.failure)}`,
+    )
+  }
+  const response = encoded.success as Record<string, unknown>
+  return conclude({ type: "success", task_id: task.taskId, response }, task, "success")
+}
+
+/** A failure with the handler's own code, or `INTERNAL_ERROR` (and a warning) for a bad one. */
+const failWithCode = (task: Task, code: string, message: string): Next =>
+  FAILURE_CODE_PATTERN.test(code) ? { _tag: "Settle", plan: fail(task, code, message) } : {
+    _tag: "Settle",
+    plan: fail(task, "INTERNAL_ERROR", INTERNAL_MESSAGE),
+    note: {
+      level: "warning",
+      message: `The handler failed with the code "${code.slice(0, 80)}", which is not a valid code`,
+    },
+  }
+
+/** Step 6 for any verdict: what the task comes to. */
+export const afterHandler = (
+  verdict: Verdict,
+  task: Task,
+  settings: Pick<WorkerSettings, "taskTimeout">,
+  encodeOutput: (u: unknown) => Result.Result<unknown, Schema.SchemaError>,
+): Next => {
+  switch (verdict._tag) {
+    case "Success":
+      return { _tag: "Settle", plan: succeeded(verdict.output, task, encodeOutput) }
+    case "Fatal":
+      return failWithCode(task, verdict.code, verdict.message)
+    case "Retry":
+      if (task.attempt < task.deliveryLimit) {
+        return {
+          _tag: "Backoff",
+          delay: verdict.delay,
+          plan: requeue(task, "retry", { code: verdict.code }),
+        }
+      }
+      return failWithCode(
+        task,
+        verdict.code ?? "RETRY_EXHAUSTED",
+        verdict.message ?? `The task failed on each of its ${task.deliveryLimit} attempts.`,
+      )
+    case "Timeout":
+      return {
+        _tag: "Settle",
+        plan: fail(
+          task,
+          "TASK_TIMEOUT",
+          `The task ran past its time limit of ${Duration.format(settings.taskTimeout)}.`,
+        ),
+      }
+    case "Internal":
+      return {
+        _tag: "Settle",
+        plan: fail(task, "INTERNAL_ERROR", INTERNAL_MESSAGE),
+        note: {
+          level: "error",
+          message: `The handler failed with an unexpected ${verdict.name}`,
+          error: verdict.name,
+          cause: verdict.cause,
+        },
+      }
+    case "Lost":
+      return { _tag: "Settle", plan: fenced(task, `lease_${verdict.lost.reason}`) }
+    case "Shutdown":
+      return { _tag: "Settle", plan: requeue(task, "shutdown_requeued") }
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * A delivery's context on the fiber that runs it. In Effect 4 a fiber has one Context: its
+ * services, its log annotations and every runtime reference besides (loggers, log level, clock,
+ * tracer, scheduler, metric registry). A delivery sets its annotations, its task's scope and,
+ * traced, its span there in one step, on the context its fiber started with, with the handler's
+ * services merged beneath it: merged, not replacing it, as the handler's services lack what the
+ * fiber runs with. `Effect.provideService` and `Effect.annotateLogs` would each be one more step
+ * of every delivery, and a restore at its end (`bench/engine.ts` counts a no-op delivery's
+ * steps), where the delivery's values need only hold until the fiber's next delivery. The result
+ * is pinned to what they give by `test/internal/delivery/fiberContext.test.ts`.
+ */
+import { Context, type Fiber, References, Scope, Tracer } from "effect"
+import type { DeliveryFiber } from "./context.ts"
+
+/**
+ * What the deliveries of a fiber that starts with `context` start from: that context, with
+ * `handlerContext` beneath. The fiber's own values win where both have one: a fiber forked for
+ * one delivery (`handle.ts`) runs with its caller's clock and loggers, not those of when the
+ * engine was made. Made once per engine, whose fibers all start with its context.
+ */
+export const deliveryBase = <R>(
+  context: Context.Context<never>,
+  handlerContext: Context.Context<R>,
+): Context.Context<never> => Context.merge(handlerContext, context) as Context.Context<never>
+
+/**
+ * Sets the context of a delivery on its fiber, which must be the one running this call: the
+ * fiber's base with the delivery's log annotations and, when given, its task's scope and the
+ * parent of its spans. Every earlier delivery's values are gone.
+ */
+export const enterDelivery = (
+  df: DeliveryFiber,
+  annotations: Readonly<Record<string, unknown>>,
+  scope: Scope.Scope | undefined,
+  span: Tracer.AnySpan | undefined,
+): void => {
+  let context = Context.add(df.base, References.CurrentLogAnnotations, annotations)
+  if (scope !== undefined) context = Context.add(context, Scope.Scope, scope)
+  if (span !== undefined) context = Context.add(context, Tracer.ParentSpan, span)
+  df.fiber.setContext(context)
+}
+
+/** Makes `span` the parent of what the fiber, the one running this call, traces from now on. */
+export const enterSpan = (fiber: Fiber.Fiber<unknown, unknown>, span: Tracer.AnySpan): void =>
+  fiber.setContext(Context.add(fiber.context, Tracer.ParentSpan, span))

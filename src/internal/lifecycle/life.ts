@@ -1,0 +1,324 @@
+/**
+ * A worker's life in a scope, as one layer graph ({@link layer}): the settings, the log settings,
+ * the life's own state and runtime figures, the startup hooks, the transport (with job mode's
+ * intake over it), and the program consuming, whose finalizer is the shutdown. Closing the scope
+ * releases them in the reverse order: the drain and the shutdown hooks, then the transport, and
+ * only then what the scope's owner holds. `Lifecycle.make`, `serve` and `run` all build it.
+ */
+import {
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Redacted,
+  Ref,
+  References,
+  Stream,
+  SubscriptionRef,
+} from "effect"
+import * as AmqpTransport from "../../AmqpTransport.ts"
+import * as JobMode from "../../JobMode.ts"
+import type { ConsumingError, LifecycleState, LifeOptions, StartError } from "../../Lifecycle.ts"
+import * as Probes from "../../Probes.ts"
+import * as ProcessModule from "../../Process.ts"
+import { Process } from "../../Process.ts"
+import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
+import * as Settings from "../../Settings.ts"
+import { type ConnectionStatus, Transport } from "../../Transport.ts"
+import type { Worker } from "../../WorkerDefinition.ts"
+import { type IdleHookError, StartupHookError, type TransportError } from "../../WorkerError.ts"
+import * as WorkerLogger from "../../WorkerLogger.ts"
+import * as WorkerProgram from "../../WorkerProgram.ts"
+import { timeoutDetached } from "../detach.ts"
+import { layerMemoryTrial } from "../memory/trial.ts"
+import { watchHandlers } from "./handlerWatch.ts"
+import * as Hooks from "./hooks.ts"
+import { type Observed, probesOf } from "./probes.ts"
+import { runShutdownHooks } from "./shutdownHooks.ts"
+import { LifeState } from "./state.ts"
+
+/** A worker's life: what its steps share, made by the first step after the settings. */
+export interface Life<A, I, O, R> extends Observed<R> {
+  readonly worker: Worker<A, I, O, R>
+  /** The worker as its program runs it: its handler calls watched. */
+  readonly watched: Worker<A, I, O, R>
+  readonly probes: Probes.ProbeServerOptions
+  /** Whether the shutdown hooks have all ended in time, once they have run. */
+  readonly hooksClean: Ref.Ref<boolean>
+}
+
+/** The life being built, for the steps after its first. */
+export class CurrentLife extends Context.Service<CurrentLife, Life<any, any, any, any>>()(
+  "@async-task/worker/internal/lifecycle/Life",
+) {}
+
+/** The worker consuming: the last step, what the entry points wait on. */
+export class CurrentProgram extends Context.Service<CurrentProgram, {
+  readonly running: WorkerProgram.RunningWorker
+  readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
+}>()("@async-task/worker/internal/lifecycle/CurrentProgram") {}
+
+/**
+ * The most the shutdown may take after the first signal: the grace period (at least 5 s), then
+ * 5 s for the requeues, 5 s to close the connection, 5 s for the shutdown hooks and 2 s of slack.
+ */
+export const shutdownBound = (grace: Duration.Duration): Duration.Duration =>
+  Duration.sum(Duration.max(grace, Duration.seconds(5)), Duration.seconds(17))
+
+/** The process's transport: RabbitMQ at `BROKER_URL`, or the embedded broker for local trials. */
+export const layerTransport = (
+  settings: Settings.WorkerSettings,
+): Layer.Layer<Transport, TransportError, Settings.Settings | Process> =>
+  settings.transport === "memory" ? layerMemoryTrial : AmqpTransport.layer
+
+// --- The steps, in the order they are built ---
+
+/** The settings: the context's, else the definition's with the environment and the overrides. */
+const settingsStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) =>
+  Layer.effect(
+    Settings.Settings,
+    Effect.flatMap(
+      Effect.serviceOption(Settings.Settings),
+      Option.match({
+        onSome: Effect.succeed,
+        onNone: () => Settings.make(worker, options.settings),
+      }),
+    ),
+  )
+
+/** The broker's password, never to be written in an error's text. */
+const secretsOf = (settings: Settings.WorkerSettings): ReadonlyArray<string> =>
+  Option.match(settings.brokerUrl, {
+    onNone: () => [],
+    onSome: (url) => {
+      try {
+        return [decodeURIComponent(new URL(Redacted.value(url)).password)]
+      } catch {
+        return []
+      }
+    },
+  })
+
+/**
+ * The log settings of the life, for every step after and every fiber forked in them: the level,
+ * how much of an error's text a line shows, the secrets it never shows, and the `service`.
+ */
+export const logContext = (
+  settings: Settings.WorkerSettings,
+  service: string,
+): Effect.Effect<Context.Context<never>> =>
+  Effect.map(
+    References.CurrentLogAnnotations,
+    (annotations) =>
+      Context.make(References.MinimumLogLevel, settings.logLevel).pipe(
+        Context.add(WorkerLogger.CurrentErrorText, settings.logErrorText),
+        Context.add(WorkerLogger.CurrentRedactions, secretsOf(settings)),
+        Context.add(References.CurrentLogAnnotations, { ...annotations, service }),
+      ),
+  )
+
+const loggingStep = (service: string) =>
+  Layer.effectContext(Effect.flatMap(Settings.Settings, (s) => logContext(s, service)))
+
+/** The life itself, in the `Starting` state, with its probes and its runtime figures sampled. */
+const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) =>
+  Layer.effectContext(Effect.gen(function* () {
+    yield* RuntimeMetrics.make()
+    const settings = yield* Settings.Settings
+    const context = yield* Effect.context<R>()
+    const { watched, watch } = watchHandlers(worker, yield* Clock.Clock)
+    const observed: Observed<R> = {
+      worker,
+      settings,
+      state: yield* Ref.make<LifecycleState>(LifeState.Starting()),
+      handlers: watch,
+      connection: yield* Ref.make(
+        Option.none<SubscriptionRef.SubscriptionRef<ConnectionStatus>>(),
+      ),
+      versionFile: options.versionFile,
+    }
+    const probes = probesOf(observed, context)
+    const life: Life<A, I, O, R> = {
+      ...observed,
+      worker,
+      watched,
+      probes,
+      hooksClean: yield* Ref.make(true),
+    }
+    return Context.make(CurrentLife, life).pipe(Context.add(Probes.WorkerProbes, probes))
+  }))
+
+const startupStep = Layer.effectDiscard(Effect.gen(function* () {
+  const life = yield* CurrentLife
+  for (const hook of life.worker.onStartup) {
+    yield* Hooks.toEffect(hook).pipe(Effect.mapError((cause) => new StartupHookError({ cause })))
+  }
+}))
+
+/**
+ * The process in context, else the real one: the embedded broker of a local trial
+ * (`WORKER_TRANSPORT=memory`) reads its tasks from standard input.
+ */
+const withProcess = <A, E, R>(
+  layer: Layer.Layer<A, E, R | Process>,
+): Layer.Layer<A, E, Exclude<R, Process>> =>
+  Layer.unwrap(Effect.map(
+    Effect.serviceOption(Process),
+    (given) => Option.isSome(given) ? layer : Layer.provide(layer, ProcessModule.layer),
+  )) as Layer.Layer<A, E, Exclude<R, Process>>
+
+/**
+ * The transport: `options.transport`, else a `Transport` in the context, else the settings' own
+ * (RabbitMQ at `BROKER_URL`, or the embedded trial broker); in job mode, its intake limited.
+ */
+const transportStep = (options: LifeOptions) => {
+  const built = Layer.unwrap(Effect.gen(function* () {
+    const given = yield* Effect.serviceOption(Transport)
+    if (Option.isSome(given) && options.transport === undefined) {
+      return Layer.succeed(Transport, given.value)
+    }
+    return options.transport ?? withProcess(layerTransport(yield* Settings.Settings))
+  }))
+  const limited = Layer.effect(
+    Transport,
+    Effect.gen(function* () {
+      const transport = yield* Transport
+      const life = yield* CurrentLife
+      yield* Ref.set(life.connection, Option.some(transport.status))
+      // Done taking: no longer ready, while the last tasks finish.
+      return JobMode.intake(transport, life.settings, beginDraining(life))
+    }),
+  )
+  return Layer.provide(limited, built)
+}
+
+/** The share of {@link shutdownBound} left to the transport's close, after the drain and hooks. */
+const CLOSE_SHARE = Duration.seconds(5)
+
+/** The life is `Draining`, unless it has `Failed`: that says why the shutdown came. */
+export const beginDraining = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect<void> =>
+  Ref.update(life.state, (state) => (state._tag === "Failed" ? state : LifeState.Draining()))
+
+/**
+ * The shutdown, as the finalizer of the consuming step: the drain within the grace (`skipGrace`
+ * ends it early), then the shutdown hooks; bounded by {@link shutdownBound} less the transport's
+ * close whatever they do, with a bound that does not wait for what it cuts short
+ * (`timeoutDetached`: Effect 4's time limits wait for the loser, even in a finalizer).
+ */
+const shutdown = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  running: WorkerProgram.RunningWorker,
+  skipGrace: Effect.Effect<void> | undefined,
+): Effect.Effect<void, never, R> => {
+  const bound = Duration.subtract(shutdownBound(life.settings.shutdownGrace), CLOSE_SHARE)
+  const steps = Effect.gen(function* () {
+    yield* beginDraining(life)
+    yield* running.drain(skipGrace === undefined ? {} : { skipGrace })
+    const clean = yield* runShutdownHooks(
+      life.worker.onShutdown,
+      life.settings.shutdownHooksTimeout,
+    )
+    yield* Ref.set(life.hooksClean, clean)
+  })
+  return Effect.flatMap(
+    timeoutDetached(steps, bound),
+    Option.match({
+      onSome: () => Effect.void,
+      onNone: () =>
+        Effect.andThen(
+          Ref.set(life.hooksClean, false),
+          Effect.logError(`The shutdown did not end within ${Duration.format(bound)}`),
+        ),
+    }),
+  )
+}
+
+/** Completes once the transport is connected; fails at once if the worker fails first. */
+const awaitConnected = (
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+  running: WorkerProgram.RunningWorker,
+): Effect.Effect<void, TransportError | IdleHookError> =>
+  Effect.raceFirst(
+    SubscriptionRef.changes(status).pipe(
+      Stream.takeUntil((s) => s === "connected"),
+      Stream.runDrain,
+    ),
+    Effect.andThen(running.await, Effect.never),
+  )
+
+/** The program consuming, connected; its finalizer is the shutdown. */
+const consumingStep = (skipGrace: Effect.Effect<void> | undefined) =>
+  Layer.effect(
+    CurrentProgram,
+    Effect.gen(function* () {
+      const life = yield* CurrentLife
+      const transport = yield* Transport
+      const running = yield* WorkerProgram.consume(life.watched)
+      yield* Effect.addFinalizer(() => shutdown(life, running, skipGrace))
+      yield* Ref.set(life.state, LifeState.Running())
+      const { mode, inQueue } = life.settings
+      yield* Effect.logInfo(`Worker ${life.worker.name} started in ${mode} mode on ${inQueue}`)
+      yield* JobMode.whenConnected(
+        awaitConnected(transport.status, running),
+        transport.status,
+        life.settings,
+      )
+      return { running, status: transport.status }
+    }),
+  )
+
+/**
+ * The life of `worker` as one layer graph, read from the bottom up: the order its steps are
+ * built in; closing its scope releases them from the top down. `beforeStartup` runs right
+ * after the life is made: the process's probe server, up from the start to the end of the
+ * shutdown. A second signal (`skipGrace`) ends the drain's grace early.
+ */
+export const layer = <A, I, O, R, E2 = never>(
+  worker: Worker<A, I, O, R>,
+  options: LifeOptions,
+  steps: {
+    readonly beforeStartup?: Layer.Layer<never, E2, Probes.WorkerProbes> | undefined
+    readonly skipGrace?: Effect.Effect<void> | undefined
+  } = {},
+): Layer.Layer<
+  CurrentProgram | CurrentLife | Probes.WorkerProbes,
+  StartError | IdleHookError | E2,
+  R
+> =>
+  // Fresh: Effect 4 shares a layer value across the graphs built with one memo map, and each
+  // worker of an app lives a life of its own.
+  Layer.fresh(
+    consumingStep(steps.skipGrace).pipe(
+      Layer.provideMerge(transportStep(options)),
+      Layer.provideMerge(startupStep),
+      Layer.provideMerge(steps.beforeStartup ?? Layer.empty),
+      Layer.provideMerge(lifeStep(worker, options)),
+      Layer.provideMerge(loggingStep(worker.name)),
+      Layer.provideMerge(settingsStep(worker, options)),
+    ),
+  )
+
+/**
+ * How consuming ends — the transport or `onIdle` failing, a job done or out of reach of its
+ * broker, `worker.stop()` — with the life's state `Failed` on a failure.
+ */
+export const consumingEnds = <A, I, O, R>(
+  life: Life<A, I, O, R>,
+  program: CurrentProgram["Service"],
+): Effect.Effect<void, ConsumingError> => {
+  const { running, status } = program
+  return Effect.raceFirst(
+    JobMode.consumingEnds(running.await, running.inFlight, status, life.settings),
+    running.stopRequested,
+  ).pipe(
+    Effect.tapError((error) => Ref.set(life.state, LifeState.Failed({ error }))),
+  )
+}
+
+/** The built life's parts. */
+export const partsOf = (context: Context.Context<CurrentLife | CurrentProgram>) => ({
+  life: Context.get(context, CurrentLife),
+  program: Context.get(context, CurrentProgram),
+})

@@ -1,0 +1,119 @@
+/**
+ * Concluding a delivery (step 6 decided): what a handler's exit means and what it comes to, as
+ * plain values — no fiber, no broker, no clock.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Duration, Exit, Schema } from "effect"
+import {
+  afterHandler,
+  classify,
+  handlerEnd,
+  INTERNAL_MESSAGE,
+} from "../../../src/internal/delivery/conclude.ts"
+import type { Task } from "../../../src/internal/delivery/plan.ts"
+import { FatalError, LeaseLost, RetryableError } from "../../../src/WorkerError.ts"
+
+const encodeOutput = Schema.encodeUnknownResult(Schema.Struct({ words: Schema.Number }))
+const settings = { taskTimeout: Duration.seconds(30) }
+const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5 }
+
+describe("classify and afterHandler", () => {
+  it("a FatalError with a valid code concludes with it; an invalid one is INTERNAL_ERROR and a warning", () => {
+    const ok = afterHandler(
+      classify(Exit.fail(new FatalError({ code: "EMPTY", message: "Nothing." }))),
+      task,
+      settings,
+      encodeOutput,
+    )
+    expect(ok).toMatchObject({ _tag: "Settle", plan: { decision: { code: "EMPTY" } } })
+    const bad = afterHandler(
+      classify(Exit.fail(new FatalError({ code: "oops", message: "x" }))),
+      task,
+      settings,
+      encodeOutput,
+    )
+    expect(bad).toMatchObject({
+      _tag: "Settle",
+      plan: { decision: { code: "INTERNAL_ERROR" } },
+      note: { level: "warning" },
+    })
+  })
+
+  it("a RetryableError backs off before the last attempt and concludes at it", () => {
+    const retry = classify(Exit.fail(new RetryableError({ code: "LATER", delay: "2 seconds" })))
+    expect(afterHandler(retry, task, settings, encodeOutput)).toMatchObject({
+      _tag: "Backoff",
+      delay: "2 seconds",
+      plan: { _tag: "Requeue", decision: { outcome: "retry", code: "LATER" } },
+    })
+    const last = { ...task, attempt: 5 }
+    expect(afterHandler(retry, last, settings, encodeOutput)).toMatchObject({
+      _tag: "Settle",
+      plan: { decision: { outcome: "failure", code: "LATER" } },
+    })
+    const anonymous = classify(Exit.fail(new RetryableError({})))
+    expect(afterHandler(anonymous, last, settings, encodeOutput)).toMatchObject({
+      plan: { decision: { code: "RETRY_EXHAUSTED" } },
+    })
+  })
+
+  it("anything else is INTERNAL_ERROR with the fixed sentence, and an error line naming its kind", () => {
+    for (
+      const exit of [
+        Exit.fail(new Error("secret")),
+        Exit.die("secret"),
+        Exit.failCause(Cause.interrupt(undefined)),
+      ]
+    ) {
+      const next = afterHandler(classify(exit), task, settings, encodeOutput)
+      expect(next).toMatchObject({
+        _tag: "Settle",
+        plan: { decision: { code: "INTERNAL_ERROR" } },
+        note: { level: "error" },
+      })
+      if (next._tag !== "Settle" || next.plan._tag !== "Conclude") throw new Error("no")
+      expect(next.plan.text).toContain(INTERNAL_MESSAGE)
+      expect(next.plan.text).not.toContain("secret")
+    }
+  })
+
+  it("a success is the encoded output; an output that is not JSON data is INVALID_OUTPUT", () => {
+    expect(afterHandler(classify(Exit.succeed({ words: 2 })), task, settings, encodeOutput))
+      .toMatchObject({
+        plan: {
+          _tag: "Conclude",
+          text: `{"task_id":"t","data":{"message_type":"success","response":{"words":2}}}`,
+          decision: { outcome: "success", action: "conclude" },
+        },
+      })
+    const infinite = afterHandler(
+      classify(Exit.succeed({ words: Infinity })),
+      task,
+      settings,
+      encodeOutput,
+    )
+    expect(infinite).toMatchObject({ plan: { decision: { code: "INVALID_OUTPUT" } } })
+  })
+
+  it("a time out, a lost lease, a shutdown", () => {
+    expect(afterHandler({ _tag: "Timeout" }, task, settings, encodeOutput)).toMatchObject({
+      plan: { decision: { code: "TASK_TIMEOUT" } },
+    })
+    const lost = new LeaseLost({ reason: "expired" })
+    expect(afterHandler({ _tag: "Lost", lost }, task, settings, encodeOutput)).toMatchObject({
+      plan: { _tag: "Fenced", decision: { outcome: "cancelled", reason: "lease_expired" } },
+    })
+    expect(afterHandler({ _tag: "Shutdown" }, task, settings, encodeOutput)).toMatchObject({
+      plan: { _tag: "Requeue", decision: { outcome: "shutdown_requeued" } },
+    })
+  })
+
+  it("how a handler ended, for adaptive concurrency", () => {
+    expect(handlerEnd({ _tag: "Success", output: 1 })).toBe("success")
+    expect(handlerEnd(classify(Exit.fail(new RetryableError({ congestion: true }))))).toBe(
+      "congestion",
+    )
+    expect(handlerEnd({ _tag: "Timeout" })).toBe("timeout")
+    expect(handlerEnd({ _tag: "Shutdown" })).toBe("other")
+  })
+})
