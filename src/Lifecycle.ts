@@ -39,7 +39,7 @@ export type LifecycleState = Data.TaggedEnum<{
   /** From the start: the settings read, the startup hooks running, the transport connecting. */
   // deno-lint-ignore ban-types
   Starting: {}
-  /** CurrentProgram, once the transport has connected. */
+  /** The program is consuming (its transport connected, or still connecting or reconnecting). */
   // deno-lint-ignore ban-types
   Running: {}
   /**
@@ -49,7 +49,7 @@ export type LifecycleState = Data.TaggedEnum<{
   // deno-lint-ignore ban-types
   Draining: {}
   /**
-   * CurrentProgram ended with `error` (the transport failing for good, the `onIdle` hook failing, a
+   * Consuming ended with `error` (the transport failing for good, the `onIdle` hook failing, a
    * job's broker out of reach); the shutdown follows.
    */
   Failed: { readonly error: ConsumingError }

@@ -175,8 +175,8 @@ export const json: Logger.Logger<unknown, void> = Logger.make((options) =>
 )
 
 /**
- * Replaces Effect's default logger with {@link json}, keeping the others, as Effect 3's
- * `Logger.replace` did: Effect's `Logger.tracerLogger` among them, so that a line logged in a
+ * Replaces Effect's default logger with {@link json}, keeping the others, as the SDK's layer did
+ * on Effect 3: Effect's `Logger.tracerLogger` among them, so that a line logged in a
  * span is also an event of that span (a trace shows what its task logged), and an app's own.
  *
  * @since 0.1.0

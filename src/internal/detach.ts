@@ -1,8 +1,8 @@
 /**
  * A time limit that does not wait for what it cuts short. Effect 4's `Effect.timeout*` wait for
- * the interrupted effect to end, and Effect 3's `Effect.disconnect` is gone: a shutdown hook that
- * refuses interruption, or a readiness probe stuck in an uninterruptible region, would hold the
- * shutdown or the probe's answer past its bound.
+ * the interrupted effect to end, and Effect 4 has no combinator that leaves it behind: a shutdown
+ * hook that refuses interruption, or a readiness probe stuck in an uninterruptible region, would
+ * hold the shutdown or the probe's answer past its bound.
  */
 import { type Duration, Effect, Fiber, Option } from "effect"
 

@@ -14,8 +14,9 @@ import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./con
 import { enterDelivery } from "./fiberContext.ts"
 import { countWarning, open, type Opening } from "./open.ts"
 import { type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
+import { logBroken, publishStarted } from "./publish.ts"
 import { runHandler } from "./run.ts"
-import { backoff, logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
+import { backoff, requeueDelivery, settle } from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
 
 /** The delivery's trace, unless the app's tracer cannot even start it: then none. */

@@ -1,33 +1,18 @@
 /**
  * Where every delivery is settled: a terminal message published and confirmed, **then** acked;
- * or requeued; or, its lease lost, left to the broker. A publish the output refuses holds its
- * delivery (see {@link publishHeld}); a requeue that did not come from the handler waits its
+ * or requeued; or, its lease lost, left to the broker. The terminal message is held through the
+ * output's refusals (`publish.ts`); a requeue that did not come from the handler waits its
  * attempt's backoff first, so that a fault that lasts cannot spin.
  */
-import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
+import { Cause, Duration, Effect, Option, Random } from "effect"
 import type * as Decision from "../../Decision.ts"
-import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
-import type { Lease, PublishOptions } from "../../Transport.ts"
 import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
-import { backoffMillis, fenced, type Plan, requeue, type Task } from "./plan.ts"
-import { interruptedFromOutside } from "./run.ts"
-import type { Timer } from "./timers.ts"
-
-/** The first wait before a refused publish is tried again, and the longest. */
-const PUBLISH_RETRY_BASE_MILLIS = 100
-const PUBLISH_RETRY_MAX_MILLIS = 5000
-
-/**
- * What a publish held through the output's refusals came to: confirmed, the lease lost, the
- * lease's time used up (`expired`), the engine closing, or a defect of the transport.
- */
-type Publication = "published" | "lost" | "expired" | "closing" | Cause.Cause<unknown>
-
-type Waited = "elapsed" | "lost" | "closing"
+import { backoffMillis, type Plan } from "./plan.ts"
+import { hold, logBroken, publishHeld } from "./publish.ts"
 
 /** The backoff before the requeue of `attempt` (see `backoffMillis`), warning of an own delay ignored. */
 export const backoff = (
@@ -47,182 +32,6 @@ export const backoff = (
       )
       : Effect.succeed(duration)
   })
-
-/**
- * Waits `delayMillis` without being interruptible (a stopped delivery's fiber stays
- * interrupted), while keeping the lease: ends early when the lease is lost, when the engine
- * closes and, with `untilOpen`, when the output gate opens.
- */
-const holdFor = <A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  lease: Lease,
-  delayMillis: number,
-  untilOpen: boolean,
-): Effect.Effect<Waited> =>
-  Effect.callback<Waited>((resume) => {
-    let pending = true
-    let timer: Timer | undefined = undefined
-    let stopLease = () => {}
-    let stopGate = () => {}
-    let stopClosing = () => {}
-    const finish = (why: Waited) => {
-      if (!pending) return
-      pending = false
-      timer?.cancel()
-      stopLease()
-      stopGate()
-      stopClosing()
-      resume(Effect.succeed(why))
-    }
-    stopClosing = ctx.closing.onClose(() => finish("closing"))
-    if (!pending) return
-    timer = ctx.timers.after(delayMillis, () => finish("elapsed"))
-    stopLease = ctx.renewal.holdUnsafe(lease, () => finish("lost"))
-    if (!pending) return
-    // Only a refusing gate wakes the wait when it opens: an open one would end it at once, and a
-    // publish lost with its connection would be tried again without a pause.
-    if (untilOpen && ctx.gate.refusing) stopGate = ctx.gate.onOpen(() => finish("elapsed"))
-    return Effect.sync(() => finish("closing"))
-  })
-
-/**
- * {@link holdFor}, interruptible (a shutdown ends it) unless the engine itself stopped the
- * delivery's fiber: then only the engine's closing, or an interruption from outside seen once
- * the wait ends, does.
- */
-export const hold = <A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  it: InHand,
-  delayMillis: number,
-  untilOpen: boolean,
-): Effect.Effect<Waited> => {
-  const { df, restore } = it
-  const wait = holdFor(ctx, it.delivery.lease, delayMillis, untilOpen)
-  if (df.stopped) {
-    return Effect.flatMap(
-      wait,
-      (why) =>
-        why === "elapsed"
-          ? Effect.map(
-            interruptedFromOutside(df, restore),
-            (outside) => (outside ? "closing" : why),
-          )
-          : Effect.succeed(why),
-    )
-  }
-  return Effect.map(
-    Effect.exit(restore(wait)),
-    (exit) => (Exit.isSuccess(exit) ? exit.value : "closing"),
-  )
-}
-
-/** A message to publish for the delivery, and how long it may be held for it. */
-interface Outgoing {
-  readonly body: Uint8Array
-  readonly type: MessageType
-  /** When the retries of a refused publish stop: the lease's time, less what must follow. */
-  readonly deadline: number
-  /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
-  readonly interruptible: boolean
-}
-
-/**
- * Publishes `out`, holding the delivery through refusals: a refused publish closes the output
- * gate and is retried after a capped, jittered backoff (at once when another publish is
- * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
- * publish waits before it tries: intake pauses rather than each new task knocking. Every try of
- * a traced publish carries the same `traceparent` (`options`).
- */
-function* publishTries<A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  it: InHand,
-  out: Outgoing,
-  options: PublishOptions | undefined,
-): Steps<Publication> {
-  let delayMillis = PUBLISH_RETRY_BASE_MILLIS
-  let tries = !ctx.gate.refusing
-  for (;;) {
-    if (tries) {
-      if (it.delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(out.body, out.type, options)
-      const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
-      if (Exit.isSuccess(published)) {
-        const opened = ctx.gate.accepted()
-        if (opened !== undefined) yield* opened
-        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type), it.df.fiber.context)
-        return "published"
-      }
-      const refusal = Cause.findErrorOption(published.cause)
-      if (Option.isNone(refusal) || Cause.hasDies(published.cause)) {
-        return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
-      }
-      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type), it.df.fiber.context)
-      // A publish lost with its connection is retried on the next one; only the broker's own
-      // refusals close the gate.
-      if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
-    }
-    tries = true
-    const jittered = Math.round(delayMillis / 2 + ((yield* Random.next) * delayMillis) / 2)
-    const waited = yield* hold(ctx, it, jittered, true)
-    if (waited !== "elapsed") return waited
-    if (ctx.clock.currentTimeMillisUnsafe() >= out.deadline) return "expired"
-    delayMillis = Math.min(delayMillis * 2, PUBLISH_RETRY_MAX_MILLIS)
-  }
-}
-
-/** {@link publishTries}, in a span of its own when the delivery is traced. */
-function* publishHeld<A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  it: InHand,
-  out: Outgoing,
-): Steps<Publication> {
-  if (it.trace === undefined) return yield* publishTries(ctx, it, out, undefined)
-  const traced = it.trace.publish(out.type, it.task?.taskId)
-  const published = yield* publishTries(ctx, it, out, traced.options)
-  it.trace.endPublish(traced, published)
-  return published
-}
-
-/** The ERROR line of a delivery the engine broke on, with its cause. */
-export const logBroken = (cause: Cause.Cause<unknown>) =>
-  Effect.logError("The delivery engine failed; the message is requeued", cause)
-
-/**
- * Step 4: `started`, confirmed, unless the lease is already gone; `undefined` when the task may
- * run. The handler must still fit in the lease once `started` is out.
- */
-export function* publishStarted<A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  it: InHand,
-  task: Task,
-): Steps<Plan | undefined> {
-  if (it.delivery.lease.isLost()) return fenced(task, "lease_lost")
-  const started = encodeMessageText({
-    type: "started",
-    task_id: task.taskId,
-    hostname: ctx.settings.hostname,
-  })
-  const published = yield* publishHeld(ctx, it, {
-    body: encodeUtf8(Result.getOrThrow(started)),
-    type: "started",
-    deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
-    interruptible: true,
-  })
-  switch (published) {
-    case "published":
-      return undefined
-    case "lost":
-      return fenced(task, "lease_lost")
-    case "expired":
-      return requeue(task, "publish_failed", { reason: "started" })
-    case "closing":
-      return requeue(task, "shutdown_requeued")
-    default:
-      yield* logBroken(published)
-      return requeue(task, "engine_error")
-  }
-}
-
 /** A settlement the broker refused: counted, and said in the decision's reason. */
 const settleFailed = (
   it: InHand,
