@@ -31,7 +31,10 @@ import { PublishError, TransportError } from "./WorkerError.ts"
  * @category models
  */
 export interface AmqpTransportOptions {
-  /** `amqp://` or `amqps://`, with the vhost and `heartbeat` query. Redacted: it holds the password. */
+  /**
+   * `amqp://` or `amqps://`, with the vhost (percent-encoded) and `heartbeat` query; checked
+   * before connecting. Redacted: it holds the password.
+   */
   readonly url: Redacted.Redacted<string>
   readonly inQueue: string
   readonly outQueue: string
@@ -63,8 +66,8 @@ export const CLOSE_STEP_TIMEOUT: Duration.Duration = Closing.CLOSE_STEP_TIMEOUT
 
 /**
  * A transport that connects (and reconnects) in the background for as long as the scope lives.
- * A configuration error (refused credentials, a conflicting queue) is not retried: `take`
- * fails with it.
+ * A configuration error (a URL that cannot work, refused credentials or vhost, a conflicting
+ * queue) is not retried: it is logged, once, and `take` fails with it.
  *
  * @since 0.1.0
  * @category constructors

@@ -6,12 +6,12 @@
  */
 import { resolve } from "node:path"
 import { versions } from "node:process"
-import { pathToFileURL } from "node:url"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { Effect, Result } from "effect"
 import { firstLine } from "./internal/describe.ts"
 import { VERSION } from "./internal/version.ts"
 import * as Lifecycle from "./Lifecycle.ts"
-import { type ExitCode, Process } from "./Process.ts"
+import { type ExitCode, missingRead, Process } from "./Process.ts"
 import type * as Worker from "./WorkerDefinition.ts"
 
 /**
@@ -144,6 +144,46 @@ export const typeScriptHint = (
 const isWorker = (u: unknown): u is Worker.Any =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === "Worker"
 
+/** The most export names a missing export's message lists. */
+const LISTED_EXPORTS = 8
+
+const isWorkerExport = (loaded: Record<string, unknown>, name: string): boolean => {
+  try {
+    return isWorker(loaded[name])
+  } catch {
+    // An export still in its temporal dead zone (an import cycle), or a Proxy: not a worker.
+    return false
+  }
+}
+
+/**
+ * What `module` exports that `run <module>:<export>` could name, workers first (the others may
+ * be factories, which only calling them would tell), by name, at most {@link LISTED_EXPORTS}.
+ */
+const exportsOf = (loaded: Record<string, unknown>): string => {
+  // Sorted, as a module namespace has them: a bundler's or a test runner's object may not.
+  const names = Object.keys(loaded).filter((name) => EXPORT_NAME.test(name)).sort()
+  if (names.length === 0) return "it exports nothing"
+  const workers = names.filter((name) => isWorkerExport(loaded, name))
+  const shown = [...workers, ...names.filter((name) => !workers.includes(name))].slice(
+    0,
+    LISTED_EXPORTS,
+  )
+  const others = shown.slice(workers.length)
+  const parts = [
+    workers.length === 0
+      ? "it exports no worker"
+      : `its workers: ${shown.slice(0, workers.length).join(", ")}`,
+  ]
+  if (others.length > 0) {
+    parts.push(
+      `${workers.length === 0 ? "its exports" : "its other exports"}: ${others.join(", ")}`,
+    )
+  }
+  const more = names.length - shown.length
+  return parts.join("; ") + (more > 0 ? `, and ${more} more` : "")
+}
+
 /**
  * Imports `module` and returns its worker, calling a factory export.
  *
@@ -157,13 +197,18 @@ export const load = (
 ): Effect.Effect<Worker.Any, string> =>
   Effect.gen(function* () {
     const url = module.startsWith("file:") ? module : pathToFileURL(resolve(cwd, module)).href
+    // Deno would name the first permission it refuses, with its broad flag: all of them, here.
+    const missing = missingRead(fileURLToPath(url))
+    if (missing !== undefined) return yield* Effect.fail(`cannot load ${module}: ${missing}`)
     const loaded = yield* Effect.tryPromise({
       try: () => import(url) as Promise<Record<string, unknown>>,
       catch: (e) => typeScriptHint(e, module) ?? `cannot load ${module}: ${firstLine(e)}`,
     })
     const exported = loaded[exportName]
     if (exported === undefined) {
-      return yield* Effect.fail(`${module} has no export named "${exportName}"`)
+      return yield* Effect.fail(
+        `${module} has no export named "${exportName}" (${exportsOf(loaded)})`,
+      )
     }
     if (isWorker(exported)) return exported
     if (typeof exported === "function" && exported.length === 0) {

@@ -11,7 +11,17 @@
  *
  * @since 0.1.0
  */
-import { Clock, Context, Duration, Effect, Layer, References, Schema, Scope } from "effect"
+import {
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Layer,
+  References,
+  Schema,
+  Scope,
+} from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import { EngineClosing, type EngineContext } from "./internal/delivery/context.ts"
 import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.ts"
@@ -26,7 +36,7 @@ import { LEASE_MARGIN, Settings, type WorkerSettings } from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
 import type { Worker } from "./WorkerDefinition.ts"
-import type { TransportError } from "./WorkerError.ts"
+import type { MissingServiceError, TransportError } from "./WorkerError.ts"
 
 /**
  * The engine of one worker.
@@ -36,7 +46,7 @@ import type { TransportError } from "./WorkerError.ts"
  */
 export class DeliveryEngine extends Context.Service<DeliveryEngine, {
   /** Consumes the transport's deliveries on the engine's fibers until intake stops. */
-  readonly consume: Effect.Effect<void, TransportError>
+  readonly consume: Effect.Effect<void, TransportError | MissingServiceError>
   /** Deliveries in hand. */
   readonly inFlight: Effect.Effect<number>
   /** Completes once intake has stopped and every delivery taken is settled. */
@@ -89,6 +99,7 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       limiter: yield* Concurrency.makeLimiter(worker.policy, settings.concurrency, worker.weight),
       gate: new OutputGate(),
       closing: new EngineClosing(),
+      halted: Deferred.makeUnsafe<never, MissingServiceError>(),
       handlerContext: Context.omit(Scope.Scope)(services) as Context.Context<R>,
       decodeInput: Schema.decodeUnknownResult(worker.input),
       encodeOutput: Schema.encodeUnknownResult(worker.output),

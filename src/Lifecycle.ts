@@ -23,6 +23,8 @@ import type * as Worker from "./WorkerDefinition.ts"
 import type {
   BrokerUnreachable,
   IdleHookError,
+  MissingServiceError,
+  ServicesError,
   SettingsError,
   StartupHookError,
   TransportError,
@@ -96,14 +98,20 @@ export interface RunOptions extends LifeOptions {
 }
 
 /**
- * Why a worker could not start: its settings, a startup hook, or its transport (refused
+ * Why a worker could not start: its settings, its services (the definition's `layer`), a
+ * startup hook, or its transport (refused
  * credentials, a queue declared with other arguments, no `BROKER_URL`, a job's broker out of
  * reach past `WORKER_JOB_CONNECT_TIMEOUT_S`).
  *
  * @since 0.1.0
  * @category models
  */
-export type StartError = SettingsError | StartupHookError | TransportError | BrokerUnreachable
+export type StartError =
+  | SettingsError
+  | ServicesError
+  | StartupHookError
+  | TransportError
+  | BrokerUnreachable
 
 /**
  * Why consuming ended other than cleanly, once the worker had started.
@@ -111,7 +119,11 @@ export type StartError = SettingsError | StartupHookError | TransportError | Bro
  * @since 0.2.0
  * @category models
  */
-export type ConsumingError = TransportError | IdleHookError | BrokerUnreachable
+export type ConsumingError =
+  | TransportError
+  | IdleHookError
+  | BrokerUnreachable
+  | MissingServiceError
 
 /**
  * A worker living its life in a scope, as {@link make} gives it.
@@ -160,7 +172,7 @@ export const layerTransport: (
 export const make = <A, I, O, R>(
   worker: Worker.Worker<A, I, O, R>,
   options: LifeOptions = {},
-): Effect.Effect<StartedWorker, StartError | IdleHookError, Scope.Scope | R> =>
+): Effect.Effect<StartedWorker, StartError | ConsumingError, Scope.Scope | R> =>
   Effect.gen(function* () {
     const context = yield* Layer.build(Life.layer(worker, options))
     const { life, program } = Life.partsOf(context)
@@ -186,7 +198,7 @@ export const make = <A, I, O, R>(
 export const serve = <A, I, O, R>(
   worker: Worker.Worker<A, I, O, R>,
   options: LifeOptions = {},
-): Effect.Effect<void, StartError | IdleHookError, R> =>
+): Effect.Effect<void, StartError | ConsumingError, R> =>
   Effect.scoped(Effect.gen(function* () {
     const context = yield* Layer.build(Life.layer(worker, options))
     const { life, program } = Life.partsOf(context)

@@ -299,6 +299,77 @@ export const encodeMessage = (message: OutboundMessage): Uint8Array =>
   })
 
 /**
+ * A task as a publisher submits it: the envelope's fields.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Submission {
+  /** 1 to 256 characters: what the output messages name the task by. */
+  readonly taskId: string
+  /** The task's input: a JSON object, which the worker's input schema decodes. */
+  readonly body: Readonly<Record<string, unknown>>
+  readonly clientId?: string | undefined
+  readonly inputRefs?: ReadonlyArray<string> | undefined
+}
+
+/**
+ * The text of a task's envelope, keys in the order the platform writes them (`task_id`,
+ * `client_id`, `data` with `message_type`, `body`, `input_refs`), or why a worker would not take
+ * it as a task: a task id that is not 1 to 256 characters, a body that is not a JSON object, an
+ * input reference that is not a string.
+ *
+ * @since 0.2.0
+ * @category codecs
+ */
+export const encodeSubmissionText = (
+  submission: Submission,
+): Result.Result<string, MessageEncodeError> => {
+  const { taskId, clientId, inputRefs } = submission
+  const length = typeof taskId === "string" ? [...taskId].length : 0
+  if (length < 1 || length > MAX_TASK_ID_LENGTH) {
+    return Result.fail(
+      new MessageEncodeError({
+        message: `the task id is not a string of 1 to ${MAX_TASK_ID_LENGTH} characters`,
+      }),
+    )
+  }
+  if (clientId !== undefined && typeof clientId !== "string") {
+    return Result.fail(new MessageEncodeError({ message: "the client id is not a string" }))
+  }
+  if (
+    inputRefs !== undefined &&
+    (!Array.isArray(inputRefs) || !inputRefs.every((ref) => typeof ref === "string"))
+  ) {
+    return Result.fail(
+      new MessageEncodeError({ message: "the input references are not a list of strings" }),
+    )
+  }
+  return Result.map(jsonObject(submission.body, "body"), (body) => {
+    const client = clientId === undefined ? "" : `,"client_id":${JSON.stringify(clientId)}`
+    const refs = inputRefs === undefined ? "" : `,"input_refs":${JSON.stringify(inputRefs)}`
+    return `{"task_id":${
+      JSON.stringify(taskId)
+    }${client},"data":{"message_type":"submission","body":${body}${refs}}}`
+  })
+}
+
+/**
+ * The UTF-8 bytes of a task's envelope (see {@link encodeSubmissionText}), for tests and tools
+ * that publish tasks. Throws {@link MessageEncodeError} for a submission a worker would not take.
+ *
+ * @since 0.2.0
+ * @category codecs
+ */
+export const encodeSubmission = (submission: Submission): Uint8Array =>
+  Result.match(encodeSubmissionText(submission), {
+    onFailure: (error) => {
+      throw error
+    },
+    onSuccess: (text) => encodeUtf8(text),
+  })
+
+/**
  * A message as the platform's listener reads it back (what the harness returns).
  *
  * @since 0.1.0

@@ -129,8 +129,7 @@ const gcKinds: Record<number, string> = {
 
 const gcByKind = new Map<string, Metric.Histogram<number>>()
 
-const gcHistogram = (kind: number | undefined): Metric.Histogram<number> => {
-  const name = (kind !== undefined ? gcKinds[kind] : undefined) ?? "unknown"
+const gcHistogram = (name: string): Metric.Histogram<number> => {
   let histogram = gcByKind.get(name)
   if (histogram === undefined) {
     histogram = Metric.withAttributes(WorkerMetrics.gcDuration, { kind: name })
@@ -151,7 +150,7 @@ const gcSinks = new Map<
 let gcObserver: PerformanceObserver | undefined
 
 const recordGc = (kind: number | undefined, durationMs: number): void => {
-  const histogram = gcHistogram(kind)
+  const histogram = gcHistogram((kind !== undefined ? gcKinds[kind] : undefined) ?? "unknown")
   for (const sink of gcSinks.values()) histogram.updateUnsafe(durationMs / 1000, sink.context)
 }
 
@@ -174,6 +173,8 @@ const observeGc: Effect.Effect<void, never, Scope.Scope> = reportsGc
   ? Effect.acquireRelease(
     Effect.withFiber((fiber) => {
       const registry = fiber.getRef(Metric.MetricRegistry)
+      // Every kind at zero from the start, as a scraper expects the series.
+      for (const kind of Object.values(gcKinds)) gcHistogram(kind).valueUnsafe(fiber.context)
       const sink = gcSinks.get(registry)
       if (sink === undefined) gcSinks.set(registry, { context: fiber.context, scopes: 1 })
       else sink.scopes++
@@ -206,8 +207,9 @@ export interface Options {
 /**
  * Samples at once, then every `interval` on a `Schedule`, for as long as the scope lives; each
  * sample also sets `event_loop_lag_seconds{component="worker"}` to how late the schedule's
- * sleep woke up (0 under `TestClock`). Registers the SDK's unlabelled metrics at zero and, where
- * the runtime reports them, observes garbage collections into `nodejs_gc_duration_seconds`.
+ * sleep woke up (0 under `TestClock`). Registers the SDK's metrics at zero
+ * (`WorkerMetrics.register`) and, where the runtime reports them, observes garbage collections
+ * into `nodejs_gc_duration_seconds`, every `kind` at zero from the start.
  *
  * @since 0.1.0
  * @category constructors

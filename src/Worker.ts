@@ -1,17 +1,18 @@
 /**
  * A worker: its definition (`make`, validated as it loads) and the ways to run it — `serve` and
- * `layer` inside an Effect program, `consume` for the bare engine, `run` as the process.
+ * `layer` inside an Effect program, `consume` for the bare engine, `run` as the process, and
+ * `launch` for an app's layer as the process.
  *
  * @since 0.1.0
  */
-import { type Config, Deferred, Effect, Layer } from "effect"
+import { type Config, Deferred, type Duration, Effect, Layer } from "effect"
+import { launch as launchApp } from "./internal/lifecycle/launch.ts"
 import * as Lifecycle from "./Lifecycle.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import * as Probes from "./Probes.ts"
 import * as Process from "./Process.ts"
 import type * as Settings from "./Settings.ts"
 import type { Worker } from "./WorkerDefinition.ts"
-import type { IdleHookError } from "./WorkerError.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
 
 export * from "./WorkerDefinition.ts"
@@ -60,7 +61,7 @@ export const serve = Lifecycle.serve
 export const layer = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options?: Lifecycle.LifeOptions,
-): Layer.Layer<Probes.WorkerProbes, Lifecycle.StartError | IdleHookError, R> =>
+): Layer.Layer<Probes.WorkerProbes, Lifecycle.StartError | Lifecycle.ConsumingError, R> =>
   Layer.effect(
     Probes.WorkerProbes,
     Effect.map(Lifecycle.make(worker, options), (started) => started.probes),
@@ -79,7 +80,7 @@ export const layerConfig = <A, I, O, R>(
   options?: Omit<Lifecycle.LifeOptions, "settings">,
 ): Layer.Layer<
   Probes.WorkerProbes,
-  Lifecycle.StartError | IdleHookError | Config.ConfigError,
+  Lifecycle.StartError | Lifecycle.ConsumingError | Config.ConfigError,
   R
 > =>
   Layer.unwrap(
@@ -98,7 +99,7 @@ export const layerMemory = <A, I, O, R>(
   options?: Omit<Lifecycle.LifeOptions, "transport">,
 ): Layer.Layer<
   Probes.WorkerProbes | MemoryBroker.MemoryBroker,
-  Lifecycle.StartError | IdleHookError,
+  Lifecycle.StartError | Lifecycle.ConsumingError,
   R
 > =>
   Layer.unwrap(Effect.gen(function* () {
@@ -109,7 +110,7 @@ export const layerMemory = <A, I, O, R>(
   }))
 
 /**
- * A worker process started by {@link run}.
+ * A worker process started by {@link run} or {@link launch}.
  *
  * @since 0.1.0
  * @category models
@@ -146,20 +147,31 @@ export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options?: Lifecycle.RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
 ): RunningProcess {
-  const stopped = Deferred.makeUnsafe<void>()
-  let owned = true
-  const exited = Process.runMain(
+  return runProcess((stopped) =>
     Lifecycle.run(worker, {
       ...options,
-      stop: Effect.raceFirst(options?.stop ?? Effect.never, Deferred.await(stopped)),
+      stop: Effect.raceFirst(options?.stop ?? Effect.never, stopped),
     }).pipe(
       Effect.provide(options?.layer ?? (Layer.empty as Layer.Layer<R>)),
       Effect.catchCause((cause) =>
         Effect.as(Effect.logError("The worker's services could not be built", cause), 1 as const)
       ),
-    ),
-    { exits: () => owned },
+    )
   )
+}
+
+/**
+ * `program` as the process (`Process.runMain`), with the handle on it: `stopped` completes on
+ * the handle's `stop()`, after which the process is its owner's and is not exited.
+ */
+const runProcess = (
+  program: (
+    stopped: Effect.Effect<void>,
+  ) => Effect.Effect<Process.ExitCode, never, Process.Process>,
+): RunningProcess => {
+  const stopped = Deferred.makeUnsafe<void>()
+  let owned = true
+  const exited = Process.runMain(program(Deferred.await(stopped)), { exits: () => owned })
   return {
     exited,
     stop: () => {
@@ -169,3 +181,50 @@ export function run<A, I, O, R>(
     },
   }
 }
+
+/**
+ * How to launch an app's layer as the process.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface LaunchOptions {
+  /** Ends the app as a signal would (`launch`'s handle): a clean stop, exit code 0. */
+  readonly stop?: Effect.Effect<void> | undefined
+  /**
+   * The grace the app's workers drain within, which the shutdown's bound allows for: by
+   * default `WORKER_SHUTDOWN_GRACE_S`, as their settings read it. Give it when the app sets
+   * their `shutdownGrace` in code.
+   */
+  readonly shutdownGrace?: Duration.Input | undefined
+}
+
+/**
+ * Runs an app's layer as the process, as {@link run} runs a bare worker: the layer built (one
+ * that includes {@link layer}: the worker starts and connects), then held until SIGTERM or
+ * SIGINT, or the launcher's exit (`npx` gone), interrupts it; its release is the worker's drain,
+ * its shutdown hooks and the transport's close, then the app's own services. A second signal
+ * skips the rest of the drain's grace. Logs JSON lines, as `Worker.run` does, and exits: 0 clean
+ * stop, 1 failure (the layer failed to build, a defect, the shutdown past its bound), 2
+ * configuration (invalid settings, refused credentials, a conflicting queue, a probe port taken),
+ * with one line saying why. The shutdown ends within `Lifecycle.shutdownBound` of the grace.
+ *
+ * @example
+ * ```ts
+ * const App = Probes.layer.pipe(
+ *   Layer.provideMerge(Worker.layer(worker)),
+ *   Layer.provide(DatabaseLive),
+ * )
+ * if (import.meta.main) Worker.launch(App)
+ * ```
+ *
+ * @since 0.2.0
+ * @category running
+ */
+export const launch = <ROut, E>(
+  app: Layer.Layer<ROut, E, never>,
+  options: LaunchOptions = {},
+): RunningProcess =>
+  runProcess((stopped) =>
+    launchApp(app, Effect.raceFirst(options.stop ?? Effect.never, stopped), options.shutdownGrace)
+  )

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Option, Schema } from "effect"
+import { Cause, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import { kindOf } from "./internal/delivery/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
@@ -58,7 +58,7 @@ export type ErrorMapping<E> = {
  * @since 0.1.0
  * @category models
  */
-export interface WorkerDefinition<A, I, O, R, E = unknown> {
+export interface WorkerDefinition<A, I, O, R, E = unknown, RL = never, RIn = never> {
   /** The service's name: the queues default to `<name>_queue_in` and `<name>_queue_out`. */
   readonly name: string
   /** Decodes `data.body`; a body it rejects is concluded `INVALID_INPUT`. */
@@ -95,6 +95,13 @@ export interface WorkerDefinition<A, I, O, R, E = unknown> {
    * `WORKER_PROBE_TIMEOUT_S`. `broker` and `draining` are reserved names.
    */
   readonly readiness?: Readonly<Record<string, Hook<R>>> | undefined
+  /**
+   * The services the handler and the hooks need (a database pool, a client), built once per life
+   * of the worker, before the startup hooks, and released after the shutdown hooks: what they
+   * provide is no longer the worker's requirement, so that `Worker.run`, the CLI and the one-file
+   * build can run it. Services the context gives (an app's layers) are the alternative.
+   */
+  readonly layer?: Layer.Layer<RL, unknown, RIn> | undefined
 }
 
 /**
@@ -137,6 +144,12 @@ export interface Worker<A, I, O, R> {
   readonly onStartup: ReadonlyArray<Hook<R>>
   readonly onShutdown: ReadonlyArray<Hook<R>>
   readonly readiness: Readonly<Record<string, Hook<R>>>
+  /**
+   * The definition's services, built by whoever runs the worker (see `WorkerDefinition.layer`).
+   * What it provides is already out of `R`, so that a definition spread into another adds
+   * nothing to its requirements nor takes anything from them.
+   */
+  readonly layer: Layer.Layer<never, unknown, never> | undefined
 }
 
 /**
@@ -223,11 +236,11 @@ const withErrors = <A, O, R, E>(
  * @since 0.1.0
  * @category constructors
  */
-export const validate = <A, I, O, R, E = unknown>(
-  definition: WorkerDefinition<A, I, O, R, E>,
-): Effect.Effect<Worker<A, I, O, R>, WorkerDefinitionError> =>
+export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
+  definition: WorkerDefinition<A, I, O, R, E, RL, RIn>,
+): Effect.Effect<Worker<A, I, O, Exclude<R, RL> | RIn>, WorkerDefinitionError> =>
   Effect.suspend(() => {
-    const d = definition as Partial<WorkerDefinition<A, I, O, R, E>> | null | undefined
+    const d = definition as Partial<WorkerDefinition<A, I, O, R, E, RL, RIn>> | null | undefined
     const problem = (message: string) => Effect.fail(new WorkerDefinitionError({ message }))
     if (typeof d !== "object" || d === null) {
       return problem("The worker definition must be an object.")
@@ -293,8 +306,12 @@ export const validate = <A, I, O, R, E = unknown>(
         )
       }
     }
+    if (d.layer !== undefined && !Layer.isLayer(d.layer)) {
+      return problem(`The worker "${d.name}" has a layer that is not an Effect Layer.`)
+    }
     const instances = new Set<InstanceControls>()
-    return Effect.succeed({
+    // The handler's and the hooks' services `RL` are the runner's to build from `layer`.
+    return Effect.succeed<Worker<A, I, O, any>>({
       _tag: "Worker" as const,
       instances,
       // Rejects with the ConcurrencyError itself (not a FiberFailure), running instances or not.
@@ -329,6 +346,7 @@ export const validate = <A, I, O, R, E = unknown>(
       onStartup: onStartup ?? [],
       onShutdown: onShutdown ?? [],
       readiness,
+      layer: d.layer as Layer.Layer<never, unknown, never> | undefined,
     })
   })
 
@@ -339,9 +357,9 @@ export const validate = <A, I, O, R, E = unknown>(
  * @since 0.1.0
  * @category constructors
  */
-export const make = <A, I, O, R = never, E = never>(
-  definition: WorkerDefinition<A, I, O, R, E>,
-): Worker<A, I, O, R> =>
+export const make = <A, I, O, R = never, E = never, RL = never, RIn = never>(
+  definition: WorkerDefinition<A, I, O, R, E, RL, RIn>,
+): Worker<A, I, O, Exclude<R, RL> | RIn> =>
   Effect.runSync(Effect.result(validate(definition))).pipe((result) => {
     if (result._tag === "Failure") throw result.failure
     return result.success

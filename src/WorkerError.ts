@@ -90,7 +90,10 @@ export class PublishError extends Data.TaggedError("PublishError")<{
 }
 
 /**
- * A transport failure outside one delivery (connect, declare, consume).
+ * A transport failure outside one delivery (connect, declare, consume). The configuration
+ * errors: `access_refused` (the broker refused the credentials), `not_allowed` (it refused the
+ * vhost: unknown, or not the user's), `precondition_failed` (a queue exists with other
+ * arguments), `not_configured` (no broker URL), `invalid_url` (a broker URL amqplib cannot use).
  *
  * @since 0.1.0
  * @category errors
@@ -103,16 +106,25 @@ export class TransportError extends Data.TaggedError("TransportError")<{
     | "settle"
     | "closed"
     | "access_refused"
+    | "not_allowed"
     | "precondition_failed"
     | "not_configured"
+    | "invalid_url"
   readonly message: string
 }> {
-  /** A configuration error (refused credentials, a conflicting queue, no broker URL): retrying cannot help. */
+  /** A configuration error (see the reasons above): retrying cannot help. */
   get isConfiguration(): boolean {
-    return this.reason === "access_refused" || this.reason === "precondition_failed" ||
-      this.reason === "not_configured"
+    return CONFIGURATION.has(this.reason)
   }
 }
+
+const CONFIGURATION: ReadonlySet<TransportError["reason"]> = new Set([
+  "access_refused",
+  "not_allowed",
+  "precondition_failed",
+  "not_configured",
+  "invalid_url",
+])
 
 /**
  * A readiness probe of the worker is not ready: `/ready` shows this message for the probe (any
@@ -201,5 +213,38 @@ export class StartupHookError extends Data.TaggedError("StartupHookError")<{
 }> {
   override get message(): string {
     return `A startup hook failed: ${errorText(this.cause)}`
+  }
+}
+
+/**
+ * A handler asked for a service its worker was not given (a plain-JavaScript worker run by the
+ * CLI without its `layer`, say): a defect of the deployment, not of the task. The delivery is
+ * requeued, no task is concluded because of it, and the worker stops (`Worker.run` and the CLI
+ * exit 2).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class MissingServiceError extends Data.TaggedError("MissingServiceError")<{
+  readonly service: string
+}> {
+  override get message(): string {
+    return `The handler needs the service "${this.service}", which the worker was not given: ` +
+      "give it with the worker's layer (Worker.make({ layer })), or Worker.run's"
+  }
+}
+
+/**
+ * The worker's services (its definition's `layer`) could not be built: the worker does not start
+ * (`Worker.run` exits 1).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class ServicesError extends Data.TaggedError("ServicesError")<{
+  readonly cause: unknown
+}> {
+  override get message(): string {
+    return `The worker's services could not be built: ${errorText(this.cause)}`
   }
 }

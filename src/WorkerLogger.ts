@@ -1,13 +1,14 @@
 /**
  * The worker process's logs: one JSON object per line on stdout — `ts`, `level`, `logger`,
  * `msg`, then `task_id`, `service` and `attempt` when bound, then the line's other annotations,
- * and for a line with a cause its kind (`error_type`), message and stack.
+ * and for a line with a cause its kind (`error_type`), message (`error_message`, without the
+ * kind) and stack.
  * `Worker.run` and the CLI install it; an Effect app that brings its own logger keeps it.
  *
  * @since 0.1.0
  */
 import { Cause, Context, Effect, Layer, Logger, type LogLevel, References } from "effect"
-import { errorKind, errorText } from "./internal/describe.ts"
+import { errorKind, errorTextBesideKind } from "./internal/describe.ts"
 
 /**
  * The `logger` of lines that do not name one.
@@ -47,6 +48,7 @@ const errors = (cause: Cause.Cause<unknown>): Array<unknown> => [
 /**
  * The first failure's (else defect's) message and stack, for its author to debug: the worker's
  * own log is where an error's text belongs, never the failure message the platform receives.
+ * The message without the error's name, which `error_type` gives beside it.
  */
 const errorDetail = (
   cause: Cause.Cause<unknown>,
@@ -58,7 +60,7 @@ const errorDetail = (
     redact.reduce((t, secret) => (secret === "" ? t : t.replaceAll(secret, "***")), text)
   const stack = error instanceof Error && typeof error.stack === "string" ? error.stack : undefined
   return {
-    message: clean(errorText(error)),
+    message: clean(errorTextBesideKind(error)),
     ...(stack === undefined ? {} : { stack: clean(stack) }),
   }
 }

@@ -6,6 +6,8 @@
  * @since 0.1.0
  */
 import { type Context, Effect, Metric } from "effect"
+import type { Outcome } from "./Decision.ts"
+import type { MessageType, PoisonReason } from "./Protocol.ts"
 
 /**
  * A counter labelled by one key, as a factory of one series per label value, each made once.
@@ -166,19 +168,70 @@ export const count = (
   context: Context.Context<never>,
 ): void => counter.updateUnsafe(1, context)
 
+/** A label's values, each named once: the record's type makes the list the union's. */
+const valuesOf = <K extends string>(record: Record<K, null>): ReadonlyArray<K> =>
+  Object.keys(record) as Array<K>
+
+const OUTCOMES = valuesOf<Outcome>({
+  success: null,
+  failure: null,
+  poison: null,
+  retry: null,
+  publish_failed: null,
+  shutdown_requeued: null,
+  cancelled: null,
+  engine_error: null,
+})
+
+const MESSAGE_TYPES = valuesOf<MessageType>({
+  started: null,
+  progress: null,
+  success: null,
+  failure: null,
+})
+
+/** The envelope's poison reasons, and a task message whose envelope is malformed. */
+const POISON_REASONS = valuesOf<PoisonReason | "invalid_envelope">({
+  too_large: null,
+  not_utf8: null,
+  not_json: null,
+  not_object: null,
+  no_task_id: null,
+  invalid_envelope: null,
+})
+
+const PROGRESS_DROP_REASONS = ["invalid", "regressed", "superseded", "concluded", "publish_failed"]
+
+/** Every series known before any task, each once. */
+const known = (): ReadonlyArray<Metric.Metric<never, unknown>> => [
+  ...OUTCOMES.map(tasksTotal),
+  taskDuration,
+  ...MESSAGE_TYPES.map(messagesPublished),
+  taskRetries,
+  ...POISON_REASONS.map(poisonMessages),
+  ...MESSAGE_TYPES.map(publishFailures),
+  ackFailures,
+  tasksInFlight,
+  shutdownRequeued,
+  ...PROGRESS_DROP_REASONS.map(progressDropped),
+]
+
 /**
- * Registers the SDK's unlabelled metrics at zero, so that `/metrics` shows them from the start
- * (`worker_task_retries_total 0`) rather than from their first event. Labelled ones appear
- * with their first label value.
+ * Registers the SDK's series at zero in the registry of the context it runs in, so that
+ * `/metrics` shows them from the start (`worker_task_retries_total 0`), as a scraper expects,
+ * rather than from their first event. A labelled counter gets a series for every value the SDK
+ * knows up front: `status` for every outcome, `message_type` for the four types, the poison and
+ * progress-drop `reason`s. `worker_task_failures_total{code}` appears with its first failure,
+ * as its codes are the handlers' own. A worker registers them as it starts (`RuntimeMetrics.make`,
+ * the test harness).
  *
  * @since 0.1.0
  * @category metrics
  */
-export const register: Effect.Effect<void> = Effect.forEach(
-  [taskRetries, ackFailures, tasksInFlight, shutdownRequeued, taskDuration],
-  (metric: Metric.Metric<never, unknown>) => Metric.value(metric),
-  { discard: true },
-)
+export const register: Effect.Effect<void> = Effect.withFiber((fiber) => {
+  for (const metric of known()) metric.valueUnsafe(fiber.context)
+  return Effect.void
+})
 
 /**
  * Always 1, labelled with the SDK's `version` and the `runtime` it runs on (`node 22.3.0`,

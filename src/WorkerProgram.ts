@@ -9,6 +9,7 @@
  */
 import type { Scope } from "effect"
 import {
+  Cause,
   Clock,
   Context,
   Deferred,
@@ -28,8 +29,14 @@ import * as LeaseRenewal from "./LeaseRenewal.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"
 import type { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
 import type { Hook, InstanceControls, Worker } from "./WorkerDefinition.ts"
-import { IdleHookError, type TransportError } from "./WorkerError.ts"
+import {
+  IdleHookError,
+  type MissingServiceError,
+  ServicesError,
+  type TransportError,
+} from "./WorkerError.ts"
 
 /**
  * A running worker.
@@ -44,9 +51,9 @@ export interface RunningWorker extends InstanceControls {
   readonly inFlight: Effect.Effect<number>
   /**
    * Completes when intake has stopped and every delivery is settled; fails if the transport
-   * does, or the `onIdle` hook.
+   * does, the `onIdle` hook, or a handler asks for a service the worker was not given.
    */
-  readonly await: Effect.Effect<void, TransportError | IdleHookError>
+  readonly await: Effect.Effect<void, TransportError | IdleHookError | MissingServiceError>
   /**
    * Changes the number of tasks run at once without cancelling any: growing grants capacity at
    * once, shrinking starts no task until enough running ones settle, `0` pauses intake. On
@@ -103,6 +110,22 @@ export const layer = <A, I, O, R>(
     ),
   )
 
+/**
+ * The services of `worker`'s definition (its `layer`) for what runs its handler and hooks, or
+ * nothing when it has none. What it provides is untyped here: the worker's type has already
+ * left it out of its requirements.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerServices = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+): Layer.Layer<never, ServicesError> =>
+  worker.layer === undefined ? Layer.empty : Layer.catchCause(
+    worker.layer,
+    (cause) => Layer.effectDiscard(Effect.fail(new ServicesError({ cause: Cause.squash(cause) }))),
+  )
+
 /** The quiet the `onIdle` hook waits for, and how often it looks. */
 const IDLE_QUIET = Duration.seconds(1)
 const IDLE_POLL = Duration.millis(250)
@@ -145,9 +168,9 @@ const watchIdle = <R>(
   })
 
 /**
- * Consumes in the current scope and returns the running worker. Closing the scope interrupts
- * whatever is in hand (each such task is requeued); call `drain` first for a graceful stop, as
- * `Worker.serve` does.
+ * Consumes in the current scope and returns the running worker, its definition's services
+ * (`layer`) built in the scope first. Closing the scope interrupts whatever is in hand (each such
+ * task is requeued); call `drain` first for a graceful stop, as `Worker.serve` does.
  *
  * @since 0.2.0
  * @category running
@@ -155,12 +178,14 @@ const watchIdle = <R>(
 export const consume = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   concerns?: Concerns,
-): Effect.Effect<RunningWorker, never, Scope.Scope | Settings | Transport | R> =>
+): Effect.Effect<RunningWorker, ServicesError, Scope.Scope | Settings | Transport | R> =>
   Effect.gen(function* () {
     const transport = yield* Transport
     // With an onIdle hook, the deliveries taken are counted for it.
     let taken = 0
-    const program = yield* Layer.build(layer(worker, concerns)).pipe(
+    const program = yield* Layer.build(
+      layer(worker, concerns).pipe(Layer.provideMerge(layerServices(worker))),
+    ).pipe(
       Effect.provideService(
         Transport,
         worker.onIdle === undefined ? transport : {
@@ -172,11 +197,19 @@ export const consume = <A, I, O, R>(
         },
       ),
     )
+    // Every series a scraper expects, at 0, before the first task (the bare engine included).
+    yield* WorkerMetrics.register
     const engine = Context.get(program, DeliveryEngine.DeliveryEngine)
     const drain = Context.get(program, Drain.Drain)
     const consuming = yield* Effect.forkScoped(
       engine.consume.pipe(
-        Effect.tapCause((cause) => Effect.logError("The worker stopped consuming", cause)),
+        // A defect is said here, with its stack; a failure (the transport's, a service missing) is
+        // data that whoever runs the worker reports, once (`running.await`).
+        Effect.tapCause((cause) =>
+          Cause.hasDies(cause)
+            ? Effect.logError("The worker stopped consuming", cause)
+            : Effect.void
+        ),
       ),
     )
     let draining = false

@@ -14,6 +14,7 @@ import {
   Exit,
   Layer,
   Option,
+  References,
   Result,
   Schema,
   Scope,
@@ -25,8 +26,10 @@ import * as Settings from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
 import type { Worker } from "./WorkerDefinition.ts"
-import * as WorkerProgram from "./WorkerProgram.ts"
 import type { SettingsError } from "./WorkerError.ts"
+import * as WorkerLogger from "./WorkerLogger.ts"
+import * as WorkerMetrics from "./WorkerMetrics.ts"
+import * as WorkerProgram from "./WorkerProgram.ts"
 
 /**
  * One delivery's run, as the platform and the broker saw it. `O` is the worker's output type.
@@ -67,6 +70,15 @@ export interface TaskRun<O = unknown> {
 export interface HarnessOptions {
   /** Settings given in code. The retry backoff defaults to a millisecond here; the rest to production defaults. */
   readonly settingsOverrides?: Settings.SettingsOverrides
+  /**
+   * The least severe line the worker logs, as `LOG_LEVEL` spells it in the settings table.
+   * Default `"none"`: a test prints nothing, as a run's `messages`, `outcome` and `error` (and
+   * the assertions' messages) say what became of its task. `"error"` shows an unexpected
+   * error's message and stack, `"info"` the decision line of every delivery. The lines go to
+   * the loggers the harness runs with: Effect's default one, or those a test provides
+   * (`Logger.layer`). Wins over `settingsOverrides.logLevel` (a `LogLevel`, `"Info"`).
+   */
+  readonly logLevel?: "debug" | "info" | "warning" | "error" | "critical" | "none" | undefined
   /**
    * `"live"` (default) runs the engine on the real clock, so that retries and timeouts need no
    * `TestClock.adjust`; `"ambient"` uses the caller's clock (a `TestClock` in `it.effect`).
@@ -177,6 +189,36 @@ const taskIdOf = (bytes: Uint8Array): string | undefined => {
 }
 
 /**
+ * The harness's settings: the overrides and the defaults only, with a millisecond of backoff
+ * unless the test sets either bound, and the log level read as `LOG_LEVEL` is.
+ */
+const readSettings = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options: HarnessOptions,
+): Effect.Effect<Settings.WorkerSettings, SettingsError> => {
+  const given = options.settingsOverrides ?? {}
+  const { logLevel: _effectLevel, ...withoutLevel } = given
+  return Settings.make(
+    { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
+    {
+      ...(given.retryBackoffBase === undefined && given.retryBackoffMax === undefined
+        ? { retryBackoffBase: Duration.millis(1), retryBackoffMax: Duration.millis(1) }
+        : {}),
+      ...(options.logLevel === undefined ? given : withoutLevel),
+    },
+  ).pipe(
+    // The test's process environment (IN_QUEUE_NAME, WORKER_TASK_TIMEOUT_S, …) is not the
+    // worker's: only the overrides and the defaults count. The level's name is read as the
+    // variable is, by the settings' own LOG_LEVEL row; an override in Effect's terms wins over
+    // it, as over the environment, unless `logLevel` is given.
+    Effect.provideService(
+      ConfigProvider.ConfigProvider,
+      ConfigProvider.fromUnknown({ LOG_LEVEL: options.logLevel ?? "none" }),
+    ),
+  )
+}
+
+/**
  * Makes a harness for `worker` in the current scope.
  *
  * @since 0.1.0
@@ -187,21 +229,17 @@ export const make = <A, I, O, R>(
   options: HarnessOptions = {},
 ): Effect.Effect<WorkerHarness<I, O>, SettingsError, Scope.Scope | R> =>
   Effect.gen(function* () {
-    const settings = yield* Settings.make(
-      { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
-      {
-        // A millisecond of backoff, unless the test sets either bound itself.
-        ...(options.settingsOverrides?.retryBackoffBase === undefined &&
-            options.settingsOverrides?.retryBackoffMax === undefined
-          ? { retryBackoffBase: Duration.millis(1), retryBackoffMax: Duration.millis(1) }
-          : {}),
-        ...options.settingsOverrides,
-      },
-    ).pipe(
-      // The test's process environment (IN_QUEUE_NAME, WORKER_TASK_TIMEOUT_S, …) is not the
-      // worker's: only the overrides and the defaults count.
-      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({})),
-    )
+    const settings = yield* readSettings(worker, options)
+    // The worker's log settings, for the engine's lines and the handler's alike: the handler's
+    // services (and `ctx.logger`) are taken from the context the program is built in.
+    const logged = <X, E, R2>(effect: Effect.Effect<X, E, R2>): Effect.Effect<X, E, R2> =>
+      effect.pipe(
+        Effect.provideService(References.MinimumLogLevel, settings.logLevel),
+        Effect.provideService(WorkerLogger.CurrentErrorText, settings.logErrorText),
+      )
+    // The SDK's series at zero before any task, in the registry the test runs with, as a
+    // started worker's `/metrics` shows them.
+    yield* WorkerMetrics.register
     const broker = yield* MemoryBroker.make()
     // Capacity 0: the harness takes each message itself, one delivery per submission.
     const transport = yield* broker.transport({
@@ -210,20 +248,23 @@ export const make = <A, I, O, R>(
       capacity: 0,
     })
     // The worker program every runner uses; the harness hands it each delivery itself.
-    const program = yield* Layer.build(
+    const program = yield* logged(Layer.build(
       WorkerProgram.layer(worker).pipe(
         Layer.provide(Layer.succeed(Settings.Settings, settings)),
         Layer.provide(Layer.succeed(Transport, transport)),
       ),
-    )
+    ))
     const engine = Context.get(program, DeliveryHandle)
-    const onClock = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
-      options.clock === "ambient"
-        ? effect
-        : Effect.provideService(effect, Clock.Clock, Clock.Clock.defaultValue())
+    // A submission runs on the harness's clock, with the worker's log settings.
+    const asWorker = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
+      logged(
+        options.clock === "ambient"
+          ? effect
+          : Effect.provideService(effect, Clock.Clock, Clock.Clock.defaultValue()),
+      )
 
     const deliver = (bytes: Uint8Array, taskId: string | undefined, deliveryCount: number) =>
-      onClock(Effect.gen(function* () {
+      asWorker(Effect.gen(function* () {
         const submitted = yield* broker.publish(settings.inQueue, bytes, { deliveryCount }).pipe(
           Effect.orDie,
         )

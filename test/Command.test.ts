@@ -1,7 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Fiber, Option, Result, Stream } from "effect"
 import { TestClock } from "effect/testing"
-import { readFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import * as Command from "../src/Command.ts"
@@ -116,11 +117,36 @@ describe("Command", () => {
         expect(error).not.toContain("\n")
       }))
 
-    it.effect("a missing export", () =>
+    it.effect("a missing export: the message names the exports there are, workers first", () =>
       Effect.gen(function* () {
         expect(yield* loadError("./worker.ts", "nope")).toBe(
-          './worker.ts has no export named "nope"',
+          './worker.ts has no export named "nope" (its workers: default, worker; its other ' +
+            "exports: answer, broken, makeWorker, makeWorkerLater, notAFactory, withArguments)",
         )
+      }))
+
+    it.effect("a missing export of a module with no worker, many exports, or none", () =>
+      Effect.gen(function* () {
+        const dir = mkdtempSync(join(tmpdir(), "command-load-"))
+        try {
+          const many = join(dir, "many.mjs")
+          writeFileSync(
+            many,
+            Array.from({ length: 12 }, (_, i) => `export const e${i + 10} = ${i}\n`).join(""),
+          )
+          const error = yield* Effect.flip(Command.load(dir, many, "worker"))
+          expect(error).toBe(
+            `${many} has no export named "worker" (it exports no worker; its exports: ` +
+              "e10, e11, e12, e13, e14, e15, e16, e17, and 4 more)",
+          )
+          const none = join(dir, "none.mjs")
+          writeFileSync(none, "export {}\n")
+          expect(yield* Effect.flip(Command.load(dir, none, "worker"))).toBe(
+            `${none} has no export named "worker" (it exports nothing)`,
+          )
+        } finally {
+          rmSync(dir, { recursive: true, force: true })
+        }
       }))
 
     it.effect("a factory that throws: its message's first line", () =>
@@ -209,20 +235,27 @@ describe("Command", () => {
         expect(err[0]).toContain("BROKER_URL is not set")
       }))
 
-    it.effect("run --memory: each line of stdin a task, each message published printed, exit 0", () =>
-      Effect.gen(function* () {
-        const { fiber, proc } = yield* main(
-          ["run", "./worker.ts:makeWorker", "--memory"],
-          Stream.make('{"text":"one two three"}'),
-        )
-        for (let i = 0; i < 100 && fiber.pollUnsafe() === undefined; i++) {
-          yield* TestClock.adjust("20 millis")
-        }
-        expect(yield* Fiber.join(fiber)).toBe(0)
-        const out = (yield* proc.out).map((line) => JSON.parse(line) as WireMessage)
-        expect(out.map((m) => m.data.message_type)).toEqual(["started", "success"])
-        expect(out[1]!.data.response).toEqual({ words: 3 })
-      }))
+    it.effect(
+      "run --memory: each line of stdin a task, each message published printed, exit 0",
+      () =>
+        Effect.gen(function* () {
+          const { fiber, proc } = yield* main(
+            ["run", "./worker.ts:makeWorker", "--memory"],
+            Stream.make('{"text":"one two three"}'),
+          )
+          // The module loads by a real import: test time moves only once it has, however long a
+          // busy machine takes, and a real pause lets it.
+          for (let i = 0; i < 2000 && fiber.pollUnsafe() === undefined; i++) {
+            yield* TestClock.adjust("20 millis")
+            yield* TestClock.withLive(Effect.sleep("10 millis"))
+          }
+          expect(yield* Fiber.join(fiber)).toBe(0)
+          const out = (yield* proc.out).map((line) => JSON.parse(line) as WireMessage)
+          expect(out.map((m) => m.data.message_type)).toEqual(["started", "success"])
+          expect(out[1]!.data.response).toEqual({ words: 3 })
+        }),
+      30_000,
+    )
   })
 
   it("VERSION is package.json's version", () => {

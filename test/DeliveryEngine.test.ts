@@ -93,6 +93,9 @@ const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect
     return Effect.provide(body(logs), Logger.layer([logger]))
   })
 
+/** The harness logs nothing unless asked: the tests that read its lines ask for all of them. */
+const LOGGED = { logLevel: "debug" } as const
+
 interface ExpectedDecision {
   readonly outcome: string
   readonly action: string
@@ -238,7 +241,7 @@ describe("DeliveryEngine", () => {
               new FatalError({ code: "EMPTY_TEXT", message: "There is nothing to count." }),
             )
           )
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submit({ text: "" }, { taskId: "t-fatal" })
           run.assertFailed({ code: "EMPTY_TEXT" })
           expect(run.messageTypes).toEqual(["started", "failure"])
@@ -266,7 +269,7 @@ describe("DeliveryEngine", () => {
             await Promise.resolve()
             throw new FatalError({ code: "NOT_ALLOWED", message: "This text may not be counted." })
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submit({ text: "x" }, { taskId: "t-fatal-async" })
           run.assertFailed({ code: "NOT_ALLOWED" })
           expect(run.error).toEqual({
@@ -304,7 +307,7 @@ describe("DeliveryEngine", () => {
               new RetryableError({ code: "UPSTREAM_DOWN", message: "The OCR service is down." }),
             )
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           // x-delivery-count 4: the fifth attempt, the last of five.
           const run = yield* harness.submit({ text: "x" }, { taskId: "t-last", deliveryCount: 4 })
           expect(runs).toBe(1)
@@ -340,7 +343,7 @@ describe("DeliveryEngine", () => {
             runs++
             return Effect.succeed({ words: 0 })
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submitRaw(
             JSON.stringify({ task_id: "t-malformed", data: { message_type: "submission" } }),
           )
@@ -375,7 +378,7 @@ describe("DeliveryEngine", () => {
               return Effect.succeed({ words: 0 })
             },
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           // A body the input schema rejects, on purpose: `submit` is typed with the valid ones.
           const invalid = { text: "hello", language: secret } as unknown as {
             text: string
@@ -421,7 +424,7 @@ describe("DeliveryEngine", () => {
             timeout: "10 seconds",
             handler: () => Effect.succeed({ stats: { ratio: 0 / 0 } }),
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submit({ text: "" }, { taskId: "t-nan" })
           run.assertFailed({ code: "INVALID_OUTPUT" })
           expect(run.messageTypes).toEqual(["started", "failure"])
@@ -468,7 +471,7 @@ describe("DeliveryEngine", () => {
               ),
             { timeout: "10 seconds" },
           )
-          const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
+          const harness = yield* WorkerHarness.make(worker, { ...LOGGED, clock: "ambient" })
           const fiber = yield* Effect.forkChild(
             harness.submit({ text: "slow" }, { taskId: "t-slow" }),
           )
@@ -535,7 +538,7 @@ describe("DeliveryEngine", () => {
       it.effect(`INTERNAL_ERROR: ${what} concludes with the fixed sentence, never its text`, () =>
         withLogs((logs) =>
           Effect.gen(function* () {
-            const harness = yield* WorkerHarness.make(define(handler))
+            const harness = yield* WorkerHarness.make(define(handler), LOGGED)
             const run = yield* harness.submit({ text: "x" }, { taskId: "t-internal" })
             run.assertFailed({ code: "INTERNAL_ERROR" })
             expect(run.error!.message).toBe(INTERNAL_SENTENCE)
@@ -566,7 +569,7 @@ describe("DeliveryEngine", () => {
             runs++
             return Effect.succeed({ words: 0 })
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           // x-delivery-count 5 with WORKER_DELIVERY_LIMIT 5: this is the sixth attempt.
           const run = yield* harness.submit({ text: "x" }, { taskId: "t-loop", deliveryCount: 5 })
           expect(runs).toBe(0)
@@ -588,7 +591,7 @@ describe("DeliveryEngine", () => {
     it.effect("success: the response is published, then the delivery is acked", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          const harness = yield* WorkerHarness.make(counting)
+          const harness = yield* WorkerHarness.make(counting, LOGGED)
           const run = yield* harness.submit({ text: "one two three" }, { taskId: "t-ok" })
           run.assertSucceeded()
           expect(run.response).toEqual({ words: 3 })
@@ -609,7 +612,7 @@ describe("DeliveryEngine", () => {
     it.effect("poison: a message with no task id is acked with nothing published", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          const harness = yield* WorkerHarness.make(counting)
+          const harness = yield* WorkerHarness.make(counting, LOGGED)
           const run = yield* harness.submitRaw("{ not json")
           expect(run.outcome).toBe("ACKED")
           expect(run.messages).toEqual([])
@@ -631,7 +634,7 @@ describe("DeliveryEngine", () => {
               Effect.onInterrupt(() => Effect.sync(() => (interrupted = true))),
             )
           })
-          const harness = yield* WorkerHarness.make(worker, { clock: "ambient" })
+          const harness = yield* WorkerHarness.make(worker, { ...LOGGED, clock: "ambient" })
           const fiber = yield* Effect.forkChild(harness.submit({ text: "x" }, { taskId: "t-stop" }))
           yield* waitUntil(() => ctx !== undefined, "the handler runs")
           yield* Fiber.interrupt(fiber)
@@ -807,6 +810,7 @@ describe("DeliveryEngine", () => {
         Effect.gen(function* () {
           const entered = { count: 0 }
           const harness = yield* WorkerHarness.make(retrying(entered), {
+            logLevel: "debug",
             clock: "ambient",
             settingsOverrides: overrides,
           })
@@ -1345,7 +1349,7 @@ describe("DeliveryEngine", () => {
             ctx.logger.warn("the upstream is slow")
             return { words: 0 }
           })
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submit({ text: "x" }, { taskId: "t-log", deliveryCount: 1 })
           run.assertSucceeded()
           const own = logs.lines.filter((l) => l.message.includes("upstream"))
@@ -1384,7 +1388,7 @@ describe("DeliveryEngine", () => {
           const worker = define(({ text }) =>
             Effect.logInfo("counting").pipe(Effect.as({ words: countWords(text) }))
           )
-          const harness = yield* WorkerHarness.make(worker)
+          const harness = yield* WorkerHarness.make(worker, LOGGED)
           ;(yield* harness.submit({ text: "a b" }, { taskId: "t-logs", deliveryCount: 1 }))
             .assertSucceeded()
           const line = logs.lines.find((l) => l.message === "counting")
@@ -1529,7 +1533,7 @@ describe("DeliveryEngine", () => {
     it.effect("a handler that interrupts itself concludes INTERNAL_ERROR, not a requeue", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          const harness = yield* WorkerHarness.make(define(() => Effect.interrupt))
+          const harness = yield* WorkerHarness.make(define(() => Effect.interrupt), LOGGED)
           const run = yield* harness.submit({ text: "a" }, { taskId: "t-self" })
           run.assertFailed({ code: "INTERNAL_ERROR" })
           expect(run.error?.message).toBe(INTERNAL_SENTENCE)

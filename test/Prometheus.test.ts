@@ -1,9 +1,13 @@
+import { readFileSync } from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Metric, Schema } from "effect"
+import { ConfigProvider, Effect, Layer, Metric, Schema } from "effect"
+import * as Concurrency from "../src/Concurrency.ts"
+import * as Probes from "../src/Probes.ts"
 import * as Prometheus from "../src/Prometheus.ts"
+import * as RuntimeMetrics from "../src/RuntimeMetrics.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
-import { family, lines, parse, value } from "./support/prometheus.ts"
+import { family, lines, parse, type ParsedFamily, value } from "./support/prometheus.ts"
 
 // Effect's registry is global to the file's process: every test declares metrics of its own.
 
@@ -245,6 +249,133 @@ describe("Prometheus", () => {
     expect(value(families, "p9_handler_words_total", { source: "handler" })).toBe(3)
     expect(value(families, "worker_tasks_total", { status: "success" })).toBe(1)
     expect(family(families, "worker_task_duration_seconds").type).toBe("HISTOGRAM")
-    expect(text).not.toMatch(/task_id|client_id|service=|task-p9/)
+    // No such label (a poison reason is named `no_task_id`), and never the task's id.
+    expect(text).not.toMatch(/[{,](task_id|client_id|service)=|task-p9/)
+  })
+
+  describe("the SDK's series, from the start", () => {
+    /** The metric names the README's "Metrics and logs" section lists. */
+    const listed = (() => {
+      const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8")
+      const section = readme.slice(
+        readme.indexOf("## Metrics and logs"),
+        readme.indexOf("\nLogs are one JSON object per line"),
+      )
+      const names = [...section.matchAll(/`([a-z_]+)(?:\{[a-z_,]*\})?`/g)].map((m) => m[1]!)
+      // "process_cpu_seconds_total (and its user and system parts)".
+      return [...names, "process_cpu_user_seconds_total", "process_cpu_system_seconds_total"]
+    })()
+
+    // Every label value the SDK knows before any task; `code` is the handlers' own.
+    const known: ReadonlyArray<readonly [string, string, ReadonlyArray<string>]> = [
+      ["worker_tasks_total", "status", [
+        "success",
+        "failure",
+        "poison",
+        "retry",
+        "publish_failed",
+        "shutdown_requeued",
+        "cancelled",
+        "engine_error",
+      ]],
+      ["worker_messages_published_total", "message_type", [
+        "started",
+        "progress",
+        "success",
+        "failure",
+      ]],
+      ["worker_publish_failures_total", "message_type", [
+        "started",
+        "progress",
+        "success",
+        "failure",
+      ]],
+      ["worker_poison_messages_total", "reason", [
+        "too_large",
+        "not_utf8",
+        "not_json",
+        "not_object",
+        "no_task_id",
+        "invalid_envelope",
+      ]],
+      ["worker_progress_dropped_total", "reason", [
+        "invalid",
+        "regressed",
+        "superseded",
+        "concluded",
+        "publish_failed",
+      ]],
+    ]
+
+    /** The SDK's own series, every one at zero: no task has run. */
+    const expectZeros = (text: string, families: ReadonlyArray<ParsedFamily>) => {
+      for (const [name, label, values] of known) {
+        for (const v of values) {
+          expect(value(families, name, { [label]: v }), `${name} ${v}`).toBe(0)
+        }
+        expect(family(families, name).metrics).toHaveLength(values.length)
+      }
+      for (const name of ["worker_task_retries_total", "worker_ack_failures_total"]) {
+        expect(value(families, name)).toBe(0)
+      }
+      expect(value(families, "worker_shutdown_requeued_total")).toBe(0)
+      expect(value(families, "worker_tasks_in_flight")).toBe(0)
+      expect(lines(text, "worker_task_duration_seconds_count")).toEqual([
+        "worker_task_duration_seconds_count 0",
+      ])
+      expect(text).not.toContain("worker_task_failures_total")
+    }
+
+    const worker = Worker.make({
+      name: "p10-from-the-start",
+      input: Schema.Struct({}),
+      output: Schema.Struct({}),
+      timeout: "5 seconds",
+      concurrency: Concurrency.adaptive({ min: 1, max: 8, initial: 2 }),
+      handler: () => Effect.succeed({}),
+    })
+
+    it.effect("a started worker's /metrics lists all the README names, in the app's registry", () =>
+      Effect.gen(function* () {
+        const registry: Metric.MetricRegistry = new Map()
+        const text = yield* Effect.gen(function* () {
+          const probes = yield* Layer.build(Worker.layerMemory(worker)).pipe(
+            Effect.map((context) => context.mapUnsafe.get(Probes.WorkerProbes.key)),
+          ) as Effect.Effect<Probes.WorkerProbes["Service"]>
+          return yield* probes.metrics
+        }).pipe(
+          Effect.provideService(Metric.MetricRegistry, registry),
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromUnknown({})),
+        )
+        const families = parse(text)
+        const names = new Set(
+          families.map((f) => f.name).concat(
+            // The parser names a histogram's family by its samples' prefix.
+            families.filter((f) => f.type === "HISTOGRAM").map((f) => f.name),
+          ),
+        )
+        const expected = listed.filter((name) =>
+          name !== "worker_task_failures_total" &&
+          (name !== "nodejs_gc_duration_seconds" || RuntimeMetrics.reportsGc)
+        )
+        expect(expected.filter((name) => !names.has(name))).toEqual([])
+        expectZeros(text, families)
+        if (RuntimeMetrics.reportsGc) {
+          for (const kind of ["minor", "major", "incremental", "weakcb"]) {
+            expect(lines(text, "nodejs_gc_duration_seconds_count").join("\n")).toContain(
+              `{kind="${kind}"}`,
+            )
+          }
+        }
+      }))
+
+    it.effect("the harness registers them too, in the registry the test provides", () =>
+      Effect.gen(function* () {
+        const registry: Metric.MetricRegistry = new Map()
+        const text = yield* Effect.andThen(WorkerHarness.make(worker), Prometheus.exposition).pipe(
+          Effect.provideService(Metric.MetricRegistry, registry),
+        )
+        expectZeros(text, parse(text))
+      }))
   })
 })

@@ -8,6 +8,8 @@ import {
   DEFAULT_MAX_MESSAGE_BYTES,
   encodeMessage,
   encodeMessageText,
+  encodeSubmission,
+  encodeSubmissionText,
   FAILURE_CODE_PATTERN,
   MAX_FAILURE_MESSAGE_BYTES,
   MessageEncodeError,
@@ -399,6 +401,64 @@ describe("Protocol", () => {
         text(encodeMessage({ type: "success", task_id: "t", response: { a: undefined, b: 1 } })),
       )
         .toBe('{"task_id":"t","data":{"message_type":"success","response":{"b":1}}}')
+    })
+  })
+
+  describe("encodeSubmission", () => {
+    const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
+
+    it("writes the envelope as the platform does, and the worker reads it back as the task", () => {
+      const bytes = encodeSubmission({
+        taskId: "t-1",
+        clientId: "c-9",
+        body: { text: "a b", n: 2 },
+        inputRefs: ["s3://b/k"],
+      })
+      expect(text(bytes)).toBe(
+        '{"task_id":"t-1","client_id":"c-9","data":{"message_type":"submission",' +
+          '"body":{"text":"a b","n":2},"input_refs":["s3://b/k"]}}',
+      )
+      const decoded = decodeEnvelope(bytes)
+      expect(decoded._tag).toBe("Task")
+      if (decoded._tag === "Task") {
+        expect(decoded.envelope.taskId).toBe("t-1")
+        expect(decoded.envelope.clientId).toBe("c-9")
+        expect(decoded.envelope.body).toEqual({ text: "a b", n: 2 })
+        expect(decoded.envelope.inputRefs).toEqual(["s3://b/k"])
+      }
+    })
+
+    it("leaves out what is not given", () => {
+      expect(text(encodeSubmission({ taskId: "t", body: {} }))).toBe(
+        '{"task_id":"t","data":{"message_type":"submission","body":{}}}',
+      )
+    })
+
+    it("refuses what a worker would not take as a task, saying why", () => {
+      const problems = [
+        { taskId: "", body: {} },
+        { taskId: "x".repeat(257), body: {} },
+        { taskId: "t", body: [] as unknown as Record<string, unknown> },
+        { taskId: "t", body: { n: Number.NaN } },
+        { taskId: "t", body: {}, clientId: 7 as unknown as string },
+        { taskId: "t", body: {}, inputRefs: [1] as unknown as ReadonlyArray<string> },
+      ].map((submission) => {
+        const result = encodeSubmissionText(submission)
+        return Result.isFailure(result) ? result.failure.message : "encoded"
+      })
+      expect(problems).toEqual([
+        "the task id is not a string of 1 to 256 characters",
+        "the task id is not a string of 1 to 256 characters",
+        "body is not a JSON object",
+        expect.stringMatching(/^body: /),
+        "the client id is not a string",
+        "the input references are not a list of strings",
+      ])
+      // 256 characters, counted as code points, is a task id.
+      expect(Result.isSuccess(encodeSubmissionText({ taskId: "é".repeat(256), body: {} }))).toBe(
+        true,
+      )
+      expect(() => encodeSubmission({ taskId: "", body: {} })).toThrow(MessageEncodeError)
     })
   })
 

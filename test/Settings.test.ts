@@ -205,6 +205,50 @@ describe("Settings", () => {
       }))
   })
 
+  describe("BROKER_URL that cannot work", () => {
+    it.effect("is invalid settings naming BROKER_URL, listed with the other problems", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ BROKER_URL: "not-a-url", WORKER_CONCURRENCY: "0" })
+        expect(error.problems).toHaveLength(2)
+        expect(error.problems[0]).toContain("concurrency (WORKER_CONCURRENCY)")
+        expect(error.problems[1]).toBe(
+          "brokerUrl (BROKER_URL) does not parse: expected amqp://user:password@host:5672/vhost, with the user, password and vhost percent-encoded and a port from 1 to 65535",
+        )
+      }))
+
+    it.effect("says what is wrong without showing the password", () =>
+      Effect.gen(function* () {
+        const cases: ReadonlyArray<readonly [string, string]> = [
+          [`http://worker:${PASSWORD}@rabbit.internal/tasks`, "must be an amqp: or amqps: URL"],
+          [`amqp://worker:${PASSWORD}@rabbit.internal:0/tasks`, "has port 0"],
+          [`amqp://worker:${PASSWORD}@rabbit.internal:99999/tasks`, "does not parse"],
+          [`amqp://worker:1/${PASSWORD}@rabbit.internal/tasks`, "has an @ after its host"],
+          [
+            `amqp://worker:${PASSWORD}@rabbit.internal/100%`,
+            "has a vhost that is not percent-encoded",
+          ],
+        ]
+        for (const [url, problem] of cases) {
+          const error = yield* loadError({ BROKER_URL: url })
+          expect(error.problems, url).toHaveLength(1)
+          expect(error.problems[0]).toContain(`brokerUrl (BROKER_URL) ${problem}`)
+          for (const rendering of [error.message, String(error), JSON.stringify(error)]) {
+            expect(rendering).not.toContain(PASSWORD)
+          }
+        }
+      }))
+
+    it.effect("is checked when code gives it too, as a string or Redacted", () =>
+      Effect.gen(function* () {
+        for (const brokerUrl of ["amqp:///tasks", Redacted.make("amqp:///tasks")]) {
+          const error = yield* loadError({}, { brokerUrl })
+          expect(error.problems).toEqual([
+            "brokerUrl (BROKER_URL) has no host (expected amqp://user:password@host:5672/vhost)",
+          ])
+        }
+      }))
+  })
+
   describe("validation", () => {
     it.effect("lists every problem at once, parse errors and range errors together", () =>
       Effect.gen(function* () {

@@ -20,7 +20,7 @@ import * as WorkerHarness from "../src/testing.ts"
 import type * as Lifecycle from "../src/Lifecycle.ts"
 import * as Worker from "../src/Worker.ts"
 import { memoryEnvironment } from "./support/environment.ts"
-import { type IdleHookError, RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
+import { RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
 
 const Text = Schema.Struct({ text: Schema.String })
 const Words = Schema.Struct({ words: Schema.Number })
@@ -280,11 +280,92 @@ describe("Worker", () => {
       type Equals<X, Y> = [X] extends [Y] ? ([Y] extends [X] ? true : false) : false
       const exact: Equals<Worker.Requirements<typeof dictionaryWorker>, Dictionary> = true
       expect(exact).toBe(true)
-      const served: Effect.Effect<void, Lifecycle.StartError | IdleHookError, Dictionary> = Worker
+      const served: Effect.Effect<
+        void,
+        Lifecycle.StartError | Lifecycle.ConsumingError,
+        Dictionary
+      > = Worker
         .serve(dictionaryWorker)
       // @ts-expect-error: Worker.serve needs the handler's Dictionary too
-      const unprovided: Effect.Effect<void, Lifecycle.StartError | IdleHookError, never> = served
+      const unprovided: Effect.Effect<
+        void,
+        Lifecycle.StartError | Lifecycle.ConsumingError,
+        never
+      > = served
       expect(Effect.isEffect(unprovided)).toBe(true)
+    })
+
+    it("a definition's layer provides them: no longer the worker's R, so Worker.run takes it", () => {
+      type Equals<X, Y> = [X] extends [Y] ? ([Y] extends [X] ? true : false) : false
+      const provided = Worker.make({
+        ...dictionaryWorker,
+        layer: Layer.succeed(Dictionary, { isWord: () => true }),
+      })
+      const none: Equals<Worker.Requirements<typeof provided>, never> = true
+      expect(none).toBe(true)
+      // Type checks only: never called.
+      const runs = () => Worker.run(provided)
+      // @ts-expect-error: a worker whose handler needs what it does not provide, run as the process
+      const refused = () => Worker.run(dictionaryWorker)
+      expect([typeof runs, typeof refused]).toEqual(["function", "function"])
+    })
+
+    it.live("a definition's layer is built once a life, before the startup hooks, released after the shutdown hooks", () =>
+      Effect.gen(function* () {
+        const events: Array<string> = []
+        const worker = Worker.make({
+          name: "with-services",
+          input: Text,
+          output: Words,
+          timeout: "5 seconds",
+          handler: ({ text }) =>
+            Effect.map(Dictionary, (dictionary) => {
+              events.push("task")
+              return { words: text.split(/\s+/).filter(dictionary.isWord).length }
+            }),
+          onStartup: () => void events.push("startup"),
+          onShutdown: () => void events.push("shutdown"),
+          layer: Layer.effect(
+            Dictionary,
+            Effect.acquireRelease(
+              Effect.sync(() => {
+                events.push("built")
+                return { isWord: (word: string) => /^[a-z]+$/.test(word) }
+              }),
+              () => Effect.sync(() => void events.push("released")),
+            ),
+          ),
+        })
+        yield* Effect.scoped(Effect.gen(function* () {
+          const broker = Context.get(
+            yield* Layer.build(Worker.layerMemory(worker)),
+            MemoryBroker.MemoryBroker,
+          )
+          yield* broker.publish(
+            "with-services_queue_in",
+            `{"task_id":"t-1","data":{"message_type":"submission","body":{"text":"a 2 c"}}}`,
+          ).pipe(Effect.orDie)
+          const success =
+            `{"task_id":"t-1","data":{"message_type":"success","response":{"words":2}}}`
+          let published: ReadonlyArray<string> = []
+          for (let i = 0; i < 100 && !published.includes(success); i++) {
+            yield* Effect.sleep("20 millis")
+            published = (yield* broker.published("with-services_queue_out")).map((m) =>
+              new TextDecoder().decode(m.body)
+            )
+          }
+          expect(published).toContain(success)
+        }))
+        expect(events).toEqual(["built", "startup", "task", "shutdown", "released"])
+      }).pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
+
+    it("a layer that is not one: a definition error", () => {
+      expect(() =>
+        Worker.make({
+          ...valid,
+          layer: { not: "a layer" } as unknown as Layer.Layer<never>,
+        })
+      ).toThrow(/has a layer that is not an Effect Layer/)
     })
 
     it.effect("are given to the handler when provided", () =>

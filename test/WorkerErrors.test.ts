@@ -1,12 +1,13 @@
 /**
  * A handler's own tagged errors mapped, in the definition, to a code or a retry policy: with the
- * compiler's help, instead of becoming INTERNAL_ERROR.
+ * compiler's help, instead of becoming INTERNAL_ERROR. And which transport errors are
+ * configuration, which no retry or restart mends.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Data, Effect, Schema } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
-import { FatalError, RetryableError } from "../src/WorkerError.ts"
+import { FatalError, RetryableError, TransportError } from "../src/WorkerError.ts"
 
 class DbTimeout extends Data.TaggedError("DbTimeout")<{ readonly after: number }> {}
 class NotFound extends Data.TaggedError("NotFound")<{ readonly id: string }> {}
@@ -78,5 +79,26 @@ describe("a worker's error mapping", () => {
         errors: { DbTimeout: () => new RetryableError({ code: "DB_TIMEOUT" }) },
       })
     expect(incomplete).toBeTypeOf("function")
+  })
+})
+
+describe("a TransportError", () => {
+  it("is configuration for refused credentials or vhost, a conflicting queue, no or a bad URL", () => {
+    const reasons: Record<TransportError["reason"], boolean> = {
+      connect: false,
+      declare: false,
+      consume: false,
+      settle: false,
+      closed: false,
+      access_refused: true,
+      not_allowed: true,
+      precondition_failed: true,
+      not_configured: true,
+      invalid_url: true,
+    }
+    for (const [reason, configuration] of Object.entries(reasons)) {
+      const error = new TransportError({ reason: reason as TransportError["reason"], message: "" })
+      expect(error.isConfiguration, reason).toBe(configuration)
+    }
   })
 })

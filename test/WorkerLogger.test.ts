@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "@effect/vitest"
-import { Cause, Effect, Logger, type LogLevel, Schema } from "effect"
+import { Cause, Data, Effect, Logger, type LogLevel, Schema } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError } from "../src/WorkerError.ts"
@@ -74,10 +74,28 @@ describe("WorkerLogger", () => {
     )
     const l = line({ cause, redact: [secret] })
     expect(l.error_type).toBe("TypeError, FatalError")
-    expect(l.error_message).toBe("TypeError: boom at amqp://guest:***@host")
+    expect(l.error_message).toBe("boom at amqp://guest:***@host")
     expect(String(l.error_stack)).toContain("TypeError: boom at amqp://guest:***@host")
     expect(JSON.stringify(l)).not.toContain(secret)
     expect(line({ cause: Cause.interrupt() }).error_type).toBeDefined()
+  })
+
+  it("error_message is the message alone: error_type beside it names the error", () => {
+    class QuotaExceeded extends Data.Error<{ readonly message: string }> {}
+    const errors: ReadonlyArray<readonly [unknown, string, string]> = [
+      [new Error("secret"), "Error", "secret"],
+      [new RangeError("too far"), "RangeError", "too far"],
+      [new FatalError({ code: "X", message: "Not allowed." }), "FatalError", "Not allowed."],
+      // Named "Error" by Effect, whatever its class: the kind is the class.
+      [new QuotaExceeded({ message: "over" }), "QuotaExceeded", "over"],
+      [new Error(""), "Error", ""],
+      ["a string failure", "string", "a string failure"],
+      [{ code: 1 }, "Object", "a non-Error value (Object)"],
+    ]
+    for (const [error, type, message] of errors) {
+      const l = line({ cause: Cause.fail(error) })
+      expect([l.error_type, l.error_message]).toEqual([type, message])
+    }
   })
 
   it("with errorText off (WORKER_LOG_ERROR_TEXT=false), a cause's kinds only, never its text", () => {
@@ -150,7 +168,8 @@ describe("WorkerLogger", () => {
           timeout: "5 seconds",
           handler: () => Effect.as(Effect.logInfo("from the handler"), {}),
         })
-        const harness = yield* WorkerHarness.make(worker)
+        // Asked for: the harness logs nothing by default.
+        const harness = yield* WorkerHarness.make(worker, { logLevel: "info" })
         const run = yield* harness.submit({})
         run.assertSucceeded()
         expect(seen.some((m) => m.includes("from the handler"))).toBe(true)

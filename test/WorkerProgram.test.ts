@@ -3,12 +3,13 @@
  * through it: here the progress throttle, and the transport.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Schema } from "effect"
+import { Context, Effect, Exit, Layer, Schema } from "effect"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import * as Settings from "../src/Settings.ts"
 import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
+import { MissingServiceError } from "../src/WorkerError.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
 import { waitUntil } from "./support/logs.ts"
@@ -82,5 +83,49 @@ describe("WorkerProgram", () => {
         ),
       ),
     )
+  })
+
+  it.live("a handler asking for a service the worker was not given: requeued, no terminal message, consuming ends", () => {
+    class Database extends Context.Service<Database, { readonly save: () => void }>()(
+      "app/Database",
+    ) {}
+    let calls = 0
+    const needy = Worker.make({
+      name: "needy",
+      input: Schema.Struct({ text: Schema.String }),
+      output: Schema.Struct({ length: Schema.Number }),
+      timeout: "10 seconds",
+      handler: ({ text }) =>
+        Effect.map(Database, (db) => {
+          calls++
+          db.save()
+          return { length: text.length }
+        }),
+    })
+    // As plain JavaScript would bring it to the CLI: its types unchecked.
+    const unprovided = needy as unknown as Worker.Worker<
+      { text: string },
+      { text: string },
+      { length: number },
+      never
+    >
+    return Effect.gen(function* () {
+      const broker = yield* MemoryBroker.MemoryBroker
+      const settings = yield* Settings.Settings
+      yield* broker.publish(settings.inQueue, envelope("t-3")).pipe(Effect.orDie)
+      yield* broker.publish(settings.inQueue, envelope("t-4")).pipe(Effect.orDie)
+      const running = yield* WorkerProgram.consume(unprovided)
+      const exit = yield* Effect.exit(running.await)
+      expect(exit).toEqual(Exit.fail(new MissingServiceError({ service: "app/Database" })))
+      expect(calls).toBe(0)
+      // No task concluded because of it: both still queued, nothing but `started` published.
+      yield* waitUntil(
+        () => Effect.map(broker.unacked(settings.inQueue), (n) => n === 0),
+        "the delivery is settled",
+      )
+      expect(yield* broker.ready(settings.inQueue)).toBe(2)
+      expect(yield* publishedTypes(broker, settings.outQueue, "t-3")).toEqual(["started"])
+      expect(yield* publishedTypes(broker, settings.outQueue, "t-4")).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(memoryEnvironment(needy, { concurrency: 1 })))
   })
 })

@@ -1,6 +1,6 @@
 import process from "node:process"
-import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Schema } from "effect"
+import { describe, expect, it, vi } from "@effect/vitest"
+import { Duration, Effect, Logger, type LogLevel, Schema } from "effect"
 import { FatalError, RetryableError } from "../src/WorkerError.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
@@ -14,6 +14,11 @@ const worker = Worker.make({
     Effect.gen(function* () {
       if (input.text === "retry") return yield* new RetryableError({ code: "LATER" })
       if (input.text === "") return yield* new FatalError({ code: "EMPTY", message: "Nothing." })
+      if (input.text === "crash") return yield* Effect.die(new Error("the handler's defect"))
+      if (input.text === "log") {
+        yield* Effect.logDebug("from the handler, at debug")
+        ctx.logger.warn("from ctx.logger, at warning")
+      }
       yield* ctx.progress(0.5)
       return { length: input.text.length }
     }),
@@ -117,4 +122,122 @@ describe("WorkerHarness", () => {
       expect(Duration.toMillis(harness.settings.retryBackoffBase)).toBe(2)
       expect(Duration.toMillis(harness.settings.retryBackoffMax)).toBe(60_000)
     }))
+
+  describe("its log", () => {
+    /** The lines a test's own logger receives, by level and message. */
+    const captured = <A, E, R>(
+      body: (lines: Array<readonly [LogLevel.LogLevel, string]>) => Effect.Effect<A, E, R>,
+    ) => {
+      const lines: Array<readonly [LogLevel.LogLevel, string]> = []
+      return body(lines).pipe(
+        Effect.provide(
+          Logger.layer([
+            Logger.make(({ logLevel, message }) =>
+              void lines.push([logLevel, [message].flat().map(String).join(" ")])
+            ),
+          ]),
+        ),
+      )
+    }
+    const submitAll = (harness: WorkerHarness.WorkerHarness<{ readonly text: string }>) =>
+      Effect.forEach(["abc", "", "retry", "crash", "log"], (text) => harness.submit({ text }))
+
+    it.effect("is quiet by default: not a line, whatever the tasks do", () =>
+      captured((lines) =>
+        Effect.gen(function* () {
+          const runs = yield* submitAll(yield* WorkerHarness.make(worker))
+          expect(runs.map((run) => run.messageTypes.at(-1))).toEqual([
+            "success",
+            "failure",
+            "started",
+            "failure",
+            "success",
+          ])
+          expect(lines).toEqual([])
+        })
+      ))
+
+    it("WorkerHarness.start prints nothing by default", async () => {
+      const spies = (["log", "info", "warn", "error", "debug"] as const).map((method) =>
+        vi.spyOn(console, method)
+      )
+      try {
+        await using harness = await WorkerHarness.start(worker)
+        for (const text of ["abc", "crash", "log"]) await harness.submit({ text })
+        for (const spy of spies) expect(spy).not.toHaveBeenCalled()
+      } finally {
+        for (const spy of spies) spy.mockRestore()
+      }
+    })
+
+    it.effect("logLevel as LOG_LEVEL spells it: the lines at that level and above", () =>
+      captured((lines) =>
+        Effect.gen(function* () {
+          const at = (logLevel: NonNullable<WorkerHarness.HarnessOptions["logLevel"]>) =>
+            Effect.gen(function* () {
+              lines.length = 0
+              yield* submitAll(yield* WorkerHarness.make(worker, { logLevel }))
+              return lines.map(([level]) => level)
+            })
+          const info = yield* at("info")
+          expect(lines.filter(([, m]) => m.startsWith("Delivery settled:"))).toHaveLength(5)
+          expect(info.filter((level) => level === "Error")).toHaveLength(1)
+          expect(lines.some(([, m]) => m === "from ctx.logger, at warning")).toBe(true)
+          expect(info).not.toContain("Debug")
+          expect(yield* at("debug")).toContain("Debug")
+          expect(new Set(yield* at("warning"))).toEqual(new Set(["Warn", "Error"]))
+          // An unexpected error's line, with its message: what a failing test needs to be read.
+          expect(yield* at("error")).toEqual(["Error"])
+          expect(yield* at("critical")).toEqual([])
+          expect(yield* at("none")).toEqual([])
+        })
+      ))
+
+    it.effect("every name of the settings table, read as LOG_LEVEL is", () =>
+      Effect.gen(function* () {
+        const names = {
+          debug: "Debug",
+          info: "Info",
+          warning: "Warn",
+          error: "Error",
+          critical: "Fatal",
+          none: "None",
+        } as const
+        for (const [logLevel, level] of Object.entries(names)) {
+          const harness = yield* WorkerHarness.make(worker, {
+            logLevel: logLevel as keyof typeof names,
+          })
+          expect(harness.settings.logLevel).toBe(level)
+        }
+        expect((yield* WorkerHarness.make(worker)).settings.logLevel).toBe("None")
+        // From JavaScript, a name the table does not know fails as LOG_LEVEL would.
+        const error = yield* Effect.flip(
+          WorkerHarness.make(worker, { logLevel: "verbose" as "info" }),
+        )
+        expect(error.message).toContain("must be debug, info, warning, error, critical or none")
+      }))
+
+    it.effect("settingsOverrides.logLevel, Effect's level, is honoured too; logLevel wins", () =>
+      captured((lines) =>
+        Effect.gen(function* () {
+          const none = yield* WorkerHarness.make(worker, {
+            settingsOverrides: { logLevel: "None" },
+          })
+          yield* none.submit({ text: "abc" })
+          expect(lines).toEqual([])
+          const info = yield* WorkerHarness.make(worker, {
+            settingsOverrides: { logLevel: "Info" },
+          })
+          yield* info.submit({ text: "abc" })
+          expect(lines.map(([, m]) => m)).toEqual([
+            expect.stringMatching(/^Delivery settled: outcome=success/),
+          ])
+          const both = yield* WorkerHarness.make(worker, {
+            logLevel: "none",
+            settingsOverrides: { logLevel: "Info" },
+          })
+          expect(both.settings.logLevel).toBe("None")
+        })
+      ))
+  })
 })

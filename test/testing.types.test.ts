@@ -81,4 +81,16 @@ describe("the harness's types", () => {
     run.assertSucceeded()
     await harness.close()
   })
+
+  it("logLevel takes the names of the settings table, not Effect's", async () => {
+    expectTypeOf<WorkerHarness.HarnessOptions["logLevel"]>().toEqualTypeOf<
+      "debug" | "info" | "warning" | "error" | "critical" | "none" | undefined
+    >()
+    await using harness = await WorkerHarness.start(worker, { logLevel: "warning" })
+    ;(await harness.submit({ text: "a", count: "1" })).assertSucceeded()
+    const refuse = () =>
+      // @ts-expect-error: Effect's level is what `settingsOverrides.logLevel` takes
+      WorkerHarness.start(worker, { logLevel: "Info" })
+    expect(refuse).toBeTypeOf("function")
+  })
 })

@@ -1,8 +1,8 @@
 /**
  * How the SDK says what an unknown error is, in one place. Two ways, for two readers: its kind
  * (a tag, a class name), which may go anywhere (a probe's answer, a metric, a failure decision);
- * and its text (`Name: message`), for the worker's own log and its author. Neither throws,
- * whatever the value (a Proxy whose every trap throws included).
+ * and its text (`Name: message`, or the message alone beside the kind), for the worker's own log
+ * and its author. Neither throws, whatever the value (a Proxy whose every trap throws included).
  */
 
 /** The error's kind: its `_tag`, else its class's name, else its `typeof`. Never its text. */
@@ -27,6 +27,19 @@ export const errorText = (u: unknown): string => {
   } catch {
     return "an unreadable value"
   }
+}
+
+/**
+ * The error's text beside its kind (a log line's `error_type`): an Error's message alone, as
+ * the kind names it already (its stack keeps the name); anything else as {@link errorText}.
+ */
+export const errorTextBesideKind = (u: unknown): string => {
+  try {
+    if (u instanceof Error) return String(u.message)
+  } catch {
+    return "an unreadable value"
+  }
+  return errorText(u)
 }
 
 /** The error's message (an Error's), or the value as a string. */

@@ -1,14 +1,17 @@
 /**
  * Every TypeScript block of the README compiles as written: each is extracted to a file of its
  * own and checked by `deno check` (Deno's types: `import.meta.main` included), in the project,
- * which imports itself by the package's name.
+ * which imports itself by the package's name; and by `tsc` as a strict Node project compiles it,
+ * declarations emitted and every library's checked (`export const App = Worker.layer(…)` must be
+ * nameable), against the package as built into `dist/`.
  */
 import { spawnSync } from "node:child_process"
 import process from "node:process"
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { denoBinary, ROOT } from "../support/runtimes.ts"
+import { supportedNode } from "../support/nodes.ts"
+import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const blocks = (markdown: string): Array<string> =>
   [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1]!)
@@ -46,4 +49,52 @@ describe("README.md", () => {
       rmSync(dir, { recursive: true, force: true })
     }
   }, 150_000)
+
+  it(
+    "compiles every TypeScript block with tsc, declarations emitted, strict, libraries checked",
+    () => {
+      checkBuild()
+      const dir = join(ROOT, ".readme-declarations")
+      rmSync(dir, { recursive: true, force: true })
+      mkdirSync(dir, { recursive: true })
+      try {
+        found.forEach((block, i) => writeFileSync(join(dir, `block-${i + 1}.ts`), block))
+        writeFileSync(
+          join(dir, "tsconfig.json"),
+          JSON.stringify({
+            compilerOptions: {
+              strict: true,
+              exactOptionalPropertyTypes: true,
+              noUncheckedIndexedAccess: true,
+              declaration: true,
+              emitDeclarationOnly: true,
+              skipLibCheck: false,
+              outDir: "out",
+              rootDir: ".",
+              module: "NodeNext",
+              moduleResolution: "NodeNext",
+              target: "ES2023",
+              // Effect's own declarations name Web Crypto types (the README says so).
+              lib: ["ES2023", "DOM"],
+              types: ["node"],
+            },
+            include: ["block-*.ts"],
+          }),
+        )
+        const result = spawnSync(
+          supportedNode(),
+          [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
+          { cwd: dir, encoding: "utf8", timeout: 120_000 },
+        )
+        expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
+        expect(result.status).toBe(0)
+        expect(found.map((_, i) => existsSync(join(dir, "out", `block-${i + 1}.d.ts`)))).toEqual(
+          found.map(() => true),
+        )
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    },
+    150_000,
+  )
 })

@@ -126,10 +126,50 @@ const firstTake = async (url: string, name: string) => {
   return { failure, text }
 }
 
+/**
+ * A transport on a vhost the broker refuses: its first `take`'s failure, and what it logged until
+ * a moment after (at info level and above, as `level message`).
+ */
+const refusedVhost = async (vhost: string) => {
+  const logs: Array<string> = []
+  const logger = Logger.make(({ logLevel, message }) => {
+    logs.push(`${logLevel} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
+  })
+  const name = uniqueName("vhost")
+  const exit = await Effect.runPromiseExit(
+    Effect.scoped(Effect.gen(function* () {
+      const transport = yield* AmqpTransport.make({
+        url: Redacted.make(urlFor(vhost)),
+        inQueue: `${name}_queue_in`,
+        outQueue: `${name}_queue_out`,
+        capacity: 1,
+        reconnectBase: "10 millis",
+        reconnectMax: "20 millis",
+      })
+      const failure = yield* Effect.flip(transport.take)
+      // Time for a dozen reconnection attempts, were there any.
+      yield* Effect.sleep("300 millis")
+      return failure
+    })).pipe(
+      Effect.provide(Logger.layer([logger])),
+      Effect.provideService(References.MinimumLogLevel, "Info"),
+    ),
+  )
+  if (Exit.isFailure(exit)) throw new Error(Cause.pretty(exit.cause))
+  return { failure: exit.value, logs }
+}
+
 const terminal = (m: { readonly type: string | undefined }) =>
   m.type === "success" || m.type === "failure"
 
-beforeAll(() => ensureVhosts(), TIMEOUT)
+/** A vhost guest has no permissions on (`add_vhost` grants none). */
+const FORBIDDEN_VHOST = "async-task-worker-forbidden"
+
+beforeAll(() => {
+  ensureVhosts()
+  // Fails once it exists (made by an earlier run, or by test/internal/amqp/connect.test.ts).
+  rabbitmqctl("add_vhost", FORBIDDEN_VHOST, { ignoreFailure: true })
+}, TIMEOUT)
 
 describe("AmqpTransport on RabbitMQ", () => {
   for (const vhost of [QUORUM_VHOST, CLASSIC_VHOST]) {
@@ -343,6 +383,28 @@ describe("AmqpTransport on RabbitMQ", () => {
     expect((failure as TransportError).isConfiguration).toBe(true)
     expect(text).not.toContain("s3cret-pw")
   }, TIMEOUT)
+
+  for (
+    const [vhost, reply] of [
+      ["async-task-worker-no-such-vhost", "vhost async-task-worker-no-such-vhost not found"],
+      [FORBIDDEN_VHOST, `access to vhost '${FORBIDDEN_VHOST}' refused for user 'guest'`],
+    ]
+  ) {
+    it(
+      `a refused vhost (${reply}) is a configuration error: one log line, no reconnection`,
+      async () => {
+        const { failure, logs } = await refusedVhost(vhost)
+        expect(failure).toBeInstanceOf(TransportError)
+        expect(failure.reason).toBe("not_allowed")
+        expect(failure.isConfiguration).toBe(true)
+        const message =
+          `The broker refused the vhost of amqp://guest:***@127.0.0.1:5672/${vhost}: NOT_ALLOWED - ${reply}`
+        expect(failure.message).toBe(message)
+        expect(logs).toEqual([`Error ${message}`])
+      },
+      TIMEOUT,
+    )
+  }
 
   it(
     "a publish the broker returns (its queue deleted) fails as returned; once routed again, it is confirmed",

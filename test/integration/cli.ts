@@ -219,6 +219,9 @@ const settled = (stdout: string, taskId: string) =>
   )
 
 const STARTED = /Worker cli-fixture started in (service|job) mode/
+/** Before it is connected: where it connects, the password left out. */
+const CONNECTING =
+  /Worker cli-fixture connecting to (amqp:\/\/guest:\*\*\*@[^ ]+|the embedded broker) \((service|job) mode/
 
 /** Stops `worker` if it still runs: SIGKILL, then its end, within 5 s. */
 const stop = async (worker: CliProcess): Promise<void> => {
@@ -285,6 +288,14 @@ const suite = (runtime: Runtime): void => {
       const q = await withQueues()
       const worker = run("quick", q.env)
       await worker.waitFor(STARTED)
+      // Where it consumes is said, connecting then connected, the password left out.
+      const lines = worker.stdout().split("\n").filter((l) => /connecting to|started in/.test(l))
+      expect(lines, worker.stdout()).toHaveLength(2)
+      expect(lines[0]).toMatch(CONNECTING)
+      expect(lines[1]).toMatch(
+        /started in service mode on \S+, at amqp:\/\/guest:\*\*\*@127\.0\.0\.1/,
+      )
+      expect(worker.stdout()).not.toContain("guest:guest")
       const sent = worker.kill("SIGTERM")
       const exited = await worker.waitExit(15_000)
       expect(exited.code, worker.stdout()).toBe(0)
@@ -446,12 +457,24 @@ const suite = (runtime: Runtime): void => {
       target: string,
       env: Record<string, string>,
     ) => {
+      const started = Date.now()
       const worker = using(ctx).run(target, env)
       const exited = await worker.waitExit(30_000)
       const output = worker.stdout() + worker.stderr()
       ctx.expect(exited.code, output).toBe(2)
       const lines = worker.stderr().split("\n").filter((l) => l.trim() !== "")
-      return { output, oneLine: () => (ctx.expect(lines, output).toHaveLength(1), lines[0]!) }
+      return {
+        output,
+        took: exited.at - started,
+        oneLine: () => (ctx.expect(lines, output).toHaveLength(1), lines[0]!),
+        /** The one ERROR record the transport logs, without a stack: it is not a bug to debug. */
+        oneError: () => {
+          const errors = records(worker.stdout()).filter((r) => r.level === "ERROR")
+          ctx.expect(errors, output).toHaveLength(1)
+          ctx.expect(errors[0], output).not.toHaveProperty("error_stack")
+          return String(errors[0]!.msg)
+        },
+      }
     }
     const env = () => {
       const name = uniqueName("cli-config")
@@ -495,12 +518,44 @@ const suite = (runtime: Runtime): void => {
 
     it("credentials the broker refuses, without printing the password", async (ctx) => {
       const password = "wrong-cli-secret"
-      const { output } = await configError(ctx, "quick", {
+      const { output, oneError } = await configError(ctx, "quick", {
         ...env(),
         BROKER_URL: urlFor(QUORUM_VHOST, password),
       })
       ctx.expect(output).toContain("The broker refused the credentials")
       ctx.expect(output).not.toContain(password)
+      ctx.expect(oneError()).toContain("The broker refused the credentials")
+    }, 60_000)
+
+    it("a BROKER_URL that does not parse: one line on stderr, within 10 s", async (ctx) => {
+      const { oneLine, took } = await configError(ctx, "quick", {
+        ...env(),
+        BROKER_URL: "not-a-url",
+      })
+      ctx.expect(oneLine()).toContain("brokerUrl (BROKER_URL) does not parse")
+      ctx.expect(took).toBeLessThan(10_000)
+    }, 60_000)
+
+    it("a BROKER_URL that cannot work, without printing the password", async (ctx) => {
+      const password = "cli-url-secret"
+      const { output, oneLine } = await configError(ctx, "quick", {
+        ...env(),
+        BROKER_URL: `amqp://guest:${password}@127.0.0.1:0/${QUORUM_VHOST}`,
+      })
+      ctx.expect(oneLine()).toContain("brokerUrl (BROKER_URL) has port 0")
+      ctx.expect(output).not.toContain(password)
+    }, 60_000)
+
+    it("a vhost the broker does not know: its reason, within 10 s", async (ctx) => {
+      const vhost = uniqueName("no-such-vhost")
+      const { oneError, took } = await configError(ctx, "quick", {
+        ...env(),
+        BROKER_URL: urlFor(vhost),
+      })
+      ctx.expect(oneError()).toBe(
+        `The broker refused the vhost of amqp://guest:***@127.0.0.1:5672/${vhost}: NOT_ALLOWED - vhost ${vhost} not found`,
+      )
+      ctx.expect(took).toBeLessThan(10_000)
     }, 60_000)
   })
 
@@ -576,12 +631,35 @@ const suite = (runtime: Runtime): void => {
           WORKER_JOB_CONNECT_TIMEOUT_S: "1",
           WORKER_JOB_IDLE_TIMEOUT_S: "1",
         })
-        await worker.waitFor(STARTED)
+        await worker.waitFor(CONNECTING)
         const since = Date.now()
         const exited = await worker.waitExit(20_000)
         expect(exited.code, worker.stdout()).toBe(1)
         expect(exited.at - since, "ms from start to the exit").toBeLessThan(10_000)
         expect(worker.stdout()).toContain("The broker stayed unreachable for 1s")
+      },
+      60_000,
+    )
+  })
+
+  describe("a handler's services", () => {
+    it(
+      "a service the worker was not given: no terminal message, the task still queued, exit 2 naming it",
+      async (ctx) => {
+        const { expect } = ctx
+        const { queues: withQueues, run } = using(ctx)
+        const q = await withQueues()
+        const worker = run("needy", q.env)
+        await worker.waitFor(STARTED)
+        await q.publish("t-needy", "a b")
+        const exited = await worker.waitExit(30_000)
+        expect(exited.code, worker.stdout()).toBe(2)
+        expect(worker.stdout()).toContain(
+          'The handler needs the service \\"app/Database\\", which this worker was not given',
+        )
+        // `started` only: nothing that concludes the task, which is back in the queue.
+        expect((await q.broker.drain(q.outQueue)).map((m) => m.type)).toEqual(["started"])
+        expect(await q.settledCount()).toBe(1)
       },
       60_000,
     )

@@ -463,7 +463,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
             // ...but the worker's own log says it, with its stack, at ERROR, for its author.
             const told = s.logs().find((r) =>
               r.task_id === taskId && r.level === "ERROR" &&
-              String(r.error_message).includes("Error: SECRET-sync")
+              r.error_type === "Error" && r.error_message === "SECRET-sync"
             )
             expect.soft(told, `an ERROR line with the error's message\n${why}`).toBeDefined()
             expect.soft(String(told?.error_stack), why).toMatch(/SECRET-sync\n\s+at /)

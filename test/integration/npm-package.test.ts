@@ -3,11 +3,13 @@
  * installed into a fresh project outside the repository with `npm i <tarball> effect` (today's
  * Effect, without a peer warning); a strict TypeScript worker, a test of it with the typed
  * harness and an Effect app of its own, compiled against the package with their declarations
- * emitted and every library's checked (`test/fixtures/npm-package/`); the app run on RabbitMQ,
- * its probes served from its own router, drained before its own finalizers; the CLI running the
- * worker on the embedded broker, on Node 22 from the compiled `.js` through `npx`, on Node 24
- * from the `.ts` itself; and the one line the CLI answers instead on a Node that strips no types,
- * and on a Node too old for the SDK (the system's, v20 here).
+ * emitted and every library's checked (`test/fixtures/npm-package/`); the app launched as the
+ * process (`Worker.launch`) on RabbitMQ, its probes served from its own router, drained on
+ * SIGTERM before its own finalizers; the CLI running the worker on the embedded broker, on Node 22
+ * from the compiled `.js` through `npx`, on Node 24 from the `.ts` itself; the worker started
+ * through `npx` draining and exiting 0 within its shutdown bound when `npx` itself is sent SIGTERM
+ * (which npx does not pass on); and the one line the CLI answers instead on a Node that strips no
+ * types, and on a Node too old for the SDK (the system's, v20 here).
  *
  * It drives the Nodes itself: it runs in the suite's pass on Node 22, and is skipped in the passes
  * on Node 24 and Deno.
@@ -150,7 +152,9 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
       ]),
       "npm install --save-dev",
     )
-    for (const file of ["tsconfig.json", "worker.ts", "harness.ts", "http.ts", "app.ts"]) {
+    for (
+      const file of ["tsconfig.json", "worker.ts", "orphan.ts", "harness.ts", "http.ts", "app.ts"]
+    ) {
       cpSync(join(FIXTURES, file), join(project, file))
     }
   }, 300_000)
@@ -158,7 +162,7 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
     if (dir !== "") rmSync(dir, { recursive: true, force: true })
   })
 
-  it("the tarball holds dist/, src/, cli.ts, README.md, LICENSE and package.json, no more", () => {
+  it("the tarball holds dist/, src/, cli.ts, docs/, the README, changelog, licence and package.json, no more", () => {
     const tops = [...new Set(packed.map((path) => path.split("/")[0]))].sort()
     expect(tops).toEqual([
       "CHANGELOG.md",
@@ -166,11 +170,34 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
       "README.md",
       "cli.ts",
       "dist",
+      "docs",
       "package.json",
       "src",
     ])
     expect(packed).toContain("dist/cli.js")
     expect(packed).toContain("dist/index.d.ts")
+    expect(packed).toContain("docs/protocol.md")
+  })
+
+  it("every link of the installed README resolves: a file in the package, a heading, or a URL", () => {
+    const root = join(project, "node_modules/@async-task/worker")
+    const readme = readFileSync(join(root, "README.md"), "utf8")
+    const anchors = new Set(
+      [...readme.matchAll(/^#+ (.+)$/gm)].map(([, title]) =>
+        title!.trim().toLowerCase().replace(/[^\w\- ]/g, "").replace(/ /g, "-")
+      ),
+    )
+    const links = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map(([, target]) => target!)
+    expect(links.length).toBeGreaterThan(5)
+    for (const link of links) {
+      if (/^https:\/\//.test(link)) continue
+      if (link.startsWith("#")) {
+        expect(anchors, `README anchor ${link}`).toContain(link.slice(1))
+        continue
+      }
+      const file = link.split("#")[0]!
+      expect(existsSync(join(root, file)), `README link ${link} in the package`).toBe(true)
+    }
   })
 
   it("`npm i <tarball> effect` installs today's Effect, which meets the peer range, unwarned", () => {
@@ -322,6 +349,88 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
       '{"task_id":"local-1","data":{"message_type":"success","response":{"words":3,"first":"one"}}}',
     )
   }, 60_000)
+
+  it(
+    "npx async-task-worker on RabbitMQ, npx sent SIGTERM: the worker drains and exits 0 within its shutdown bound",
+    async () => {
+      expect(existsSync(join(project, "out/orphan.js")), "compiled by the test above").toBe(true)
+      const grace = 2
+      // Lifecycle.shutdownBound: max(grace, 5) + 17 seconds.
+      const bound = (Math.max(grace, 5) + 17) * 1000
+      const broker = await platform(QUORUM_VHOST)
+      const name = uniqueName("npx-orphan")
+      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+      // On RabbitMQ, not --memory: npx's end also ends the input it shares with the trial, which
+      // would stop the trial for another reason.
+      const npx = spawn("npx", ["async-task-worker", "run", "./out/orphan.js"], {
+        cwd: project,
+        env: {
+          ...userEnv(node22),
+          BROKER_URL: urlFor(QUORUM_VHOST),
+          IN_QUEUE_NAME: inQueue,
+          OUT_QUEUE_NAME: outQueue,
+          WORKER_SHUTDOWN_GRACE_S: String(grace),
+        },
+        stdio: ["ignore", "pipe", "pipe"],
+      })
+      let output = ""
+      npx.stdout.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+      npx.stderr.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+      const npxExited = new Promise<void>((resolve) => npx.once("exit", () => resolve()))
+      const waitFor = async <A>(what: string, found: () => A | undefined, ms: number) => {
+        const deadline = Date.now() + ms
+        for (;;) {
+          const value = found()
+          if (value !== undefined) return value
+          if (Date.now() > deadline) {
+            throw new Error(`the worker did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
+          }
+          await sleep(20)
+        }
+      }
+      const seen = (text: string) => () => (output.includes(text) ? true : undefined)
+      let worker = 0
+      try {
+        worker = Number(
+          await waitFor("say its pid", () => /^PID (\d+)$/m.exec(output)?.[1], 30_000),
+        )
+        // npx runs the CLI through a shell: the worker is its grandchild, not npx itself.
+        expect(worker).not.toBe(npx.pid)
+        await waitFor("start", seen("Worker count-words started"), 30_000)
+        broker.publish(inQueue, broker.envelope("t-npx", { text: "one two" }))
+        await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
+
+        process.kill(npx.pid!, "SIGTERM")
+        const sent = Date.now()
+        await npxExited
+        const code = await waitFor("exit", () => /^EXIT (\d+)$/m.exec(output)?.[1], bound)
+        expect(Date.now() - sent).toBeLessThan(bound)
+        expect(code, output.slice(-4000)).toBe("0")
+        expect(output).toContain("The process that started the worker has exited: shutting down")
+        // Gone (or a zombie, for an init that does not reap it): no longer consuming.
+        await waitFor("be gone", () => {
+          try {
+            const stat = readFileSync(`/proc/${worker}/stat`, "utf8")
+            return /^\d+ \(.*\) Z/.test(stat) ? true : undefined
+          } catch {
+            return true
+          }
+        }, 5_000)
+      } finally {
+        if (npx.exitCode === null) npx.kill("SIGKILL")
+        if (worker !== 0 && !/^EXIT /m.test(output)) {
+          try {
+            process.kill(worker, "SIGKILL")
+          } catch {
+            // gone
+          }
+        }
+        await broker.remove(inQueue, outQueue)
+        await broker.close()
+      }
+    },
+    90_000,
+  )
 
   it("on Node 24, the CLI runs worker.ts itself, and node runs the harness test's .ts", () => {
     const cli = run("npx", ["async-task-worker", "run", "./worker.ts", "--memory"], {

@@ -170,6 +170,15 @@ describe("observability on RabbitMQ", () => {
         })
         await until("ready", async () => (await get(port, "/ready")).status === 200 || undefined)
         const before = parse((await get(port, "/metrics")).text)
+        // Before any task, the SDK's series are there, at zero, as a scraper expects them.
+        for (const status of ["success", "failure", "retry", "poison", "shutdown_requeued"]) {
+          expect(value(before, "worker_tasks_total", { status })).toBe(0)
+        }
+        for (const message_type of ["started", "progress", "success", "failure"]) {
+          expect(value(before, "worker_messages_published_total", { message_type })).toBe(0)
+          expect(value(before, "worker_publish_failures_total", { message_type })).toBe(0)
+        }
+        expect(value(before, "worker_poison_messages_total", { reason: "not_json" })).toBe(0)
         const count = (metric: string, labels: Record<string, string> = {}) => {
           try {
             return value(before, metric, labels)

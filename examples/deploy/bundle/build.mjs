@@ -39,7 +39,14 @@ await esbuild.build({
   format: "cjs",
   target: "node22",
   // A Deno script's `if (import.meta.main) Worker.run(worker)`: the bundle runs it instead.
-  define: { "import.meta.main": "false" },
+  // The bundle is CommonJS: no `import.meta`. The SDK reaches amqplib's own files through it to
+  // read a broker's refusal of a vhost; in the bundle there are none, and such a refusal is
+  // retried as any connection failure.
+  define: {
+    "import.meta.main": "false",
+    "import.meta.url": "undefined",
+    "import.meta.resolve": "undefined",
+  },
   logLevel: "warning",
 })
 await copyFile(

@@ -1,10 +1,12 @@
 /**
  * amqplib's failures translated at the boundary into `TransportError`s a person can act on: a
- * refused login or a conflicting queue is a configuration error, and no message shows the
- * broker URL's password.
+ * refused login or vhost, a broker URL that cannot work and a conflicting queue are
+ * configuration errors, and no message shows the broker URL's password.
  */
 import { TransportError } from "../../WorkerError.ts"
 import { errorMessage } from "../describe.ts"
+import { closeReasonOf } from "./connect.ts"
+import { urlProblem } from "./url.ts"
 
 /** The URL without its password, for messages and logs. */
 export const redactUrl = (url: string): string => {
@@ -20,18 +22,43 @@ export const redactUrl = (url: string): string => {
 /** The text of anything amqplib throws or rejects with. */
 export const messageOf = errorMessage
 
-/** A failed connection (or channel): refused credentials are a configuration error. */
+/** A broker URL amqplib cannot use (see `urlProblem`), as a configuration error, before connecting. */
+export const invalidUrl = (url: string): TransportError | undefined => {
+  const problem = urlProblem(url)
+  return problem === undefined
+    ? undefined
+    : new TransportError({ reason: "invalid_url", message: `The broker URL ${problem}` })
+}
+
+/**
+ * A failed connection (or channel). Refused credentials (403) are a configuration error, and so
+ * is a refused vhost (530 NOT_ALLOWED at Connection.Open: unknown, or not the user's), but for a
+ * connection limit reached, which other connections closing can lift. The broker's reason is
+ * known where amqplib's handshake is patched (`keepCloseReasons`); else only amqplib's text.
+ */
 export const connectError = (error: unknown, url: string): TransportError => {
-  const text = messageOf(error).replaceAll(url, redactUrl(url))
-  return /ACCESS[-_]REFUSED|\b403\b/.test(text)
-    ? new TransportError({
+  const shown = redactUrl(url)
+  const text = messageOf(error).replaceAll(url, shown)
+  const close = closeReasonOf(error)
+  if (close?.replyCode === 530 && !/connection limit/i.test(close.replyText)) {
+    return new TransportError({
+      reason: "not_allowed",
+      message: `The broker refused the vhost of ${shown}: ${close.replyText}`,
+    })
+  }
+  if (close?.replyCode === 403 || /ACCESS[-_]REFUSED|\b403\b/.test(text)) {
+    return new TransportError({
       reason: "access_refused",
-      message: `The broker refused the credentials of ${redactUrl(url)}`,
+      message: `The broker refused the credentials of ${shown}`,
     })
-    : new TransportError({
-      reason: "connect",
-      message: `Cannot connect to ${redactUrl(url)}: ${text}`,
-    })
+  }
+  const reason = close === undefined || text.includes(close.replyText)
+    ? ""
+    : ` (${close.replyCode} ${close.replyText})`
+  return new TransportError({
+    reason: "connect",
+    message: `Cannot connect to ${shown}: ${text}${reason}`,
+  })
 }
 
 /** A refused declaration: a queue that exists with other arguments (406) is a configuration error. */

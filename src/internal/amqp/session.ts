@@ -14,7 +14,7 @@ import { closeStep } from "./closing.ts"
 import type { Confirms, PublishChannel } from "./confirms.ts"
 import { type ConsumerChannel, type Consumers, consuming } from "./consumers.ts"
 import type { Current } from "./current.ts"
-import { connectError, declareError } from "./errors.ts"
+import { connectError, declareError, invalidUrl } from "./errors.ts"
 
 /** What of amqplib's channels a session uses, beside publishing and consuming. */
 interface SessionChannel {
@@ -177,10 +177,12 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
 
 /**
  * Sessions one after another for as long as it runs, reconnecting with capped, jittered
- * exponential backoff. Fails only with a configuration error (refused credentials, a conflicting
- * queue), which retrying cannot help.
+ * exponential backoff. Fails only with a configuration error (a broker URL that cannot work,
+ * refused credentials or vhost, a conflicting queue), which retrying cannot help.
  */
 export const run = (options: SessionOptions): Effect.Effect<never, TransportError> => {
+  const invalid = invalidUrl(options.url)
+  if (invalid !== undefined) return Effect.fail(invalid)
   const backoff = Schedule.min([
     Schedule.jittered(Schedule.exponential(options.reconnectBase ?? Duration.millis(100))),
     Schedule.spaced(options.reconnectMax ?? Duration.seconds(3)),

@@ -36,6 +36,8 @@ export type Verdict =
   }
   | { readonly _tag: "Lost"; readonly lost: LeaseLost }
   | { readonly _tag: "Shutdown" }
+  /** The handler asked for a service the worker was not given: the deployment's defect. */
+  | { readonly _tag: "MissingService"; readonly service: string }
 
 /** A line the step that carries out a plan logs first. */
 export interface Note {
@@ -57,6 +59,20 @@ export type Next =
 const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === tag
 
+// What Effect dies with when an Effect asks for a service its context lacks (its `Context`
+// module's own error, pinned by test/internal/delivery/conclude.test.ts).
+const SERVICE_NOT_FOUND = /^Service not found: (.+)$/
+
+/** The service a defect of `cause` says is missing, if any. */
+const missingService = (cause: Cause.Cause<unknown>): string | undefined => {
+  for (const reason of cause.reasons) {
+    if (!Cause.isDieReason(reason) || !(reason.defect instanceof Error)) continue
+    const match = SERVICE_NOT_FOUND.exec(reason.defect.message)
+    if (match !== null) return match[1]
+  }
+  return undefined
+}
+
 /**
  * What the handler's exit means. Never throws, whatever the handler failed with (a value with
  * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error.
@@ -67,6 +83,8 @@ export const classify = (exit: Exit.Exit<unknown, unknown>): Verdict => {
     return { _tag: "Internal", name: "Interrupted", cause: exit.cause }
   }
   try {
+    const service = missingService(exit.cause)
+    if (service !== undefined) return { _tag: "MissingService", service }
     const failure = Cause.findErrorOption(exit.cause)
     const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)
     if (isTagged(error, "FatalError")) {
@@ -195,5 +213,17 @@ export const afterHandler = (
       return { _tag: "Settle", plan: fenced(task, `lease_${verdict.lost.reason}`) }
     case "Shutdown":
       return { _tag: "Settle", plan: requeue(task, "shutdown_requeued") }
+    case "MissingService":
+      // Not the task's fault: given back as it is, with no backoff, as the worker stops.
+      return {
+        _tag: "Settle",
+        plan: requeue(task, "engine_error", { reason: "missing_service" }),
+        note: {
+          level: "error",
+          message: `The handler needs the service "${verdict.service}", which this worker was ` +
+            "not given: the task is requeued and the worker stops",
+          error: "MissingService",
+        },
+      }
   }
 }

@@ -4,7 +4,7 @@
  * delegated to (`yield*`) inside one `Effect.gen` per delivery, since a combinator per step, or
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
-import type { Clock, Context, Effect, Fiber, Result, Schema } from "effect"
+import type { Clock, Context, Deferred, Effect, Fiber, Result, Schema } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
@@ -12,6 +12,7 @@ import type { WorkerSettings } from "../../Settings.ts"
 import type { TaskInfo, TaskLogger } from "../../TaskContext.ts"
 import type { Delivery, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
+import type { MissingServiceError } from "../../WorkerError.ts"
 import type { OutputGate } from "./outputGate.ts"
 import type { TaskRef } from "./plan.ts"
 import type { Timers } from "./timers.ts"
@@ -93,6 +94,11 @@ export interface EngineContext<A, O, R> {
   readonly limiter: Limiter
   readonly gate: OutputGate
   readonly closing: EngineClosing
+  /**
+   * Fails once a handler asked for a service the worker was not given: consuming ends with it
+   * (a defect of the deployment, which no task can mend).
+   */
+  readonly halted: Deferred.Deferred<never, MissingServiceError>
   /** The handler's services, without the engine's Scope (a task gets its own). */
   readonly handlerContext: Context.Context<R>
   readonly decodeInput: (u: unknown) => Result.Result<A, Schema.SchemaError>

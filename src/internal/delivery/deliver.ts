@@ -4,10 +4,11 @@
  * `run.ts`), decide what its verdict comes to (step 6: `conclude.ts`), settle (steps 6 and 7:
  * `settle.ts`), and log its one decision line.
  */
-import { Cause, Effect, Exit, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Scope } from "effect"
 import * as Decision from "../../Decision.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Delivery } from "../../Transport.ts"
+import { MissingServiceError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { afterHandler, handlerEnd, type Note } from "./conclude.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
@@ -102,6 +103,15 @@ const awaitRunaway = <A, O, R>(
   })
 
 /**
+ * Stops the engine for a service a handler needs and was not given: no delivery taken from now
+ * on, and consuming ends with the error (the deliveries in hand go back to the queue).
+ */
+const halt = <A, O, R>(ctx: EngineContext<A, O, R>, service: string): Effect.Effect<void> => {
+  Deferred.doneUnsafe(ctx.halted, Exit.fail(new MissingServiceError({ service })))
+  return ctx.transport.stopIntake
+}
+
+/**
  * Steps 4 to 6 of a task that may run, up to its plan: a slot (the worker's limit), `started`,
  * the handler, what its verdict comes to (a retry's backoff waited here).
  */
@@ -135,6 +145,7 @@ function* runTask<A, O, R>(
     it.df.fiber.context,
   )
   it.end = handlerEnd(verdict)
+  if (verdict._tag === "MissingService") yield* halt(ctx, verdict.service)
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
   // handler still runs.
   if (it.runaway === undefined) yield* releaseSlot(ctx, it)

@@ -6,16 +6,19 @@
  * target retires once its delivery is settled.
  */
 import type { Scope } from "effect"
-import { Cause, Effect, FiberSet, Option } from "effect"
-import type { TransportError } from "../../WorkerError.ts"
+import { Cause, Deferred, Effect, FiberSet, Option } from "effect"
+import type { MissingServiceError, TransportError } from "../../WorkerError.ts"
 import type { DeliveryFiber, EngineContext } from "./context.ts"
 import { deliver } from "./deliver.ts"
 import { deliveryBase } from "./fiberContext.ts"
 
 /** The engine's fibers, running. */
 export interface Fibers {
-  /** Starts the first fiber, and completes when every fiber has ended (intake stopped). */
-  readonly consume: Effect.Effect<void, TransportError>
+  /**
+   * Starts the first fiber, and completes when every fiber has ended (intake stopped); fails
+   * once a handler asked for a service the worker was not given.
+   */
+  readonly consume: Effect.Effect<void, TransportError | MissingServiceError>
   /** Completes when no engine fiber is left. */
   readonly awaitEmpty: Effect.Effect<void>
   /** Interrupts every fiber: each requeues what it holds. */
@@ -100,7 +103,10 @@ export const make = <A, O, R>(
     return {
       consume: Effect.gen(function* () {
         yield* grow
-        yield* Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers))
+        yield* Effect.raceFirst(
+          Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers)),
+          Deferred.await(ctx.halted),
+        )
         if (failure !== undefined) return yield* Effect.failCause(failure)
       }),
       awaitEmpty,

@@ -125,7 +125,11 @@ function* requeueSettled<A, O, R>(
 ): Steps<Decision.Decision> {
   const delivery = it.delivery
   const outcome = decision.outcome
-  if (outcome === "publish_failed" || outcome === "engine_error") {
+  // A service missing stops the worker: that requeue cannot spin, and waits for nothing.
+  if (
+    outcome === "publish_failed" ||
+    (outcome === "engine_error" && decision.reason !== "missing_service")
+  ) {
     const delay = yield* backoff(ctx.settings, it.task?.attempt ?? 1, undefined)
     yield* hold(ctx, it, Duration.toMillis(delay), false)
   }

@@ -1,9 +1,10 @@
 /**
  * A worker's life in a scope, as one layer graph ({@link layer}): the settings, the log settings,
- * the life's own state and runtime figures, the startup hooks, the transport (with job mode's
- * intake over it), and the program consuming, whose finalizer is the shutdown. Closing the scope
- * releases them in the reverse order: the drain and the shutdown hooks, then the transport, and
- * only then what the scope's owner holds. `Lifecycle.make`, `serve` and `run` all build it.
+ * the definition's services, the life's own state and runtime figures, the startup hooks, the
+ * transport (with job mode's intake over it), and the program consuming, whose finalizer is the
+ * shutdown. Closing the scope releases them in the reverse order: the drain and the shutdown
+ * hooks, then the transport, the services, and only then what the scope's owner holds.
+ * `Lifecycle.make`, `serve` and `run` all build it.
  */
 import {
   Clock,
@@ -28,9 +29,10 @@ import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import * as Settings from "../../Settings.ts"
 import { type ConnectionStatus, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
-import { type IdleHookError, StartupHookError, type TransportError } from "../../WorkerError.ts"
+import { StartupHookError, type TransportError } from "../../WorkerError.ts"
 import * as WorkerLogger from "../../WorkerLogger.ts"
 import * as WorkerProgram from "../../WorkerProgram.ts"
+import { redactUrl } from "../amqp/errors.ts"
 import { timeoutDetached } from "../detach.ts"
 import { layerMemoryTrial } from "../memory/trial.ts"
 import { watchHandlers } from "./handlerWatch.ts"
@@ -47,6 +49,8 @@ export interface Life<A, I, O, R> extends Observed<R> {
   readonly probes: Probes.ProbeServerOptions
   /** Whether the shutdown hooks have all ended in time, once they have run. */
   readonly hooksClean: Ref.Ref<boolean>
+  /** Where the transport consumes, as the log names it: the broker's URL without its password. */
+  readonly broker: Ref.Ref<string>
 }
 
 /** The life being built, for the steps after its first. */
@@ -146,6 +150,7 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
       watched,
       probes,
       hooksClean: yield* Ref.make(true),
+      broker: yield* Ref.make("the transport given"),
     }
     return Context.make(CurrentLife, life).pipe(Context.add(Probes.WorkerProbes, probes))
   }))
@@ -169,6 +174,13 @@ const withProcess = <A, E, R>(
     (given) => Option.isSome(given) ? layer : Layer.provide(layer, ProcessModule.layer),
   )) as Layer.Layer<A, E, Exclude<R, Process>>
 
+/** The broker the settings name, as a log line may show it: its URL without the password. */
+const brokerOf = (settings: Settings.WorkerSettings): string =>
+  settings.transport === "memory" ? "the embedded broker" : Option.match(settings.brokerUrl, {
+    onNone: () => "no broker",
+    onSome: (url) => redactUrl(Redacted.value(url)),
+  })
+
 /**
  * The transport: `options.transport`, else a `Transport` in the context, else the settings' own
  * (RabbitMQ at `BROKER_URL`, or the embedded trial broker); in job mode, its intake limited.
@@ -179,7 +191,10 @@ const transportStep = (options: LifeOptions) => {
     if (Option.isSome(given) && options.transport === undefined) {
       return Layer.succeed(Transport, given.value)
     }
-    return options.transport ?? withProcess(layerTransport(yield* Settings.Settings))
+    if (options.transport !== undefined) return options.transport
+    const settings = yield* Settings.Settings
+    yield* Ref.set((yield* CurrentLife).broker, brokerOf(settings))
+    return withProcess(layerTransport(settings))
   }))
   const limited = Layer.effect(
     Transport,
@@ -194,6 +209,15 @@ const transportStep = (options: LifeOptions) => {
   return Layer.provide(limited, built)
 }
 
+/**
+ * What ends the drain's grace early where the life's own steps give nothing (`Worker.layer`
+ * inside an app): the process (`Worker.run`, the CLI, `Worker.launch`) provides its second stop;
+ * by default nothing does.
+ */
+export const SkipGrace = Context.Reference<Effect.Effect<void>>("@async-task/worker/SkipGrace", {
+  defaultValue: () => Effect.never,
+})
+
 /** The share of {@link shutdownBound} left to the transport's close, after the drain and hooks. */
 const CLOSE_SHARE = Duration.seconds(5)
 
@@ -202,20 +226,20 @@ export const beginDraining = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect
   Ref.update(life.state, (state) => (state._tag === "Failed" ? state : LifeState.Draining()))
 
 /**
- * The shutdown, as the finalizer of the consuming step: the drain within the grace (`skipGrace`
- * ends it early), then the shutdown hooks; bounded by {@link shutdownBound} less the transport's
- * close whatever they do, with a bound that does not wait for what it cuts short
- * (`timeoutDetached`: Effect 4's time limits wait for the loser, even in a finalizer).
+ * The shutdown, as the finalizer of the consuming step: the drain within the grace
+ * ({@link SkipGrace} ends it early), then the shutdown hooks; bounded by
+ * {@link shutdownBound} less the transport's close whatever they do, with a bound that does not
+ * wait for what it cuts short (`timeoutDetached`: Effect 4's time limits wait for the loser, even
+ * in a finalizer).
  */
 const shutdown = <A, I, O, R>(
   life: Life<A, I, O, R>,
   running: WorkerProgram.RunningWorker,
-  skipGrace: Effect.Effect<void> | undefined,
 ): Effect.Effect<void, never, R> => {
   const bound = Duration.subtract(shutdownBound(life.settings.shutdownGrace), CLOSE_SHARE)
   const steps = Effect.gen(function* () {
     yield* beginDraining(life)
-    yield* running.drain(skipGrace === undefined ? {} : { skipGrace })
+    yield* running.drain({ skipGrace: yield* SkipGrace })
     const clean = yield* runShutdownHooks(
       life.worker.onShutdown,
       life.settings.shutdownHooksTimeout,
@@ -239,7 +263,7 @@ const shutdown = <A, I, O, R>(
 const awaitConnected = (
   status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
   running: WorkerProgram.RunningWorker,
-): Effect.Effect<void, TransportError | IdleHookError> =>
+): Effect.Effect<void, ConsumingError> =>
   Effect.raceFirst(
     SubscriptionRef.changes(status).pipe(
       Stream.takeUntil((s) => s === "connected"),
@@ -249,52 +273,55 @@ const awaitConnected = (
   )
 
 /** The program consuming, connected; its finalizer is the shutdown. */
-const consumingStep = (skipGrace: Effect.Effect<void> | undefined) =>
-  Layer.effect(
-    CurrentProgram,
-    Effect.gen(function* () {
-      const life = yield* CurrentLife
-      const transport = yield* Transport
-      const running = yield* WorkerProgram.consume(life.watched)
-      yield* Effect.addFinalizer(() => shutdown(life, running, skipGrace))
-      yield* Ref.set(life.state, LifeState.Running())
-      const { mode, inQueue } = life.settings
-      yield* Effect.logInfo(`Worker ${life.worker.name} started in ${mode} mode on ${inQueue}`)
-      yield* JobMode.whenConnected(
-        awaitConnected(transport.status, running),
-        transport.status,
-        life.settings,
-      )
-      return { running, status: transport.status }
-    }),
-  )
+const consumingStep = Layer.effect(
+  CurrentProgram,
+  Effect.gen(function* () {
+    const life = yield* CurrentLife
+    const transport = yield* Transport
+    // Its services are built already, by the services step.
+    const running = yield* WorkerProgram.consume({ ...life.watched, layer: undefined })
+    yield* Effect.addFinalizer(() => shutdown(life, running))
+    yield* Ref.set(life.state, LifeState.Running())
+    const { mode, inQueue } = life.settings
+    const name = life.worker.name
+    const broker = yield* Ref.get(life.broker)
+    yield* Effect.logInfo(`Worker ${name} connecting to ${broker} (${mode} mode, ${inQueue})`)
+    yield* JobMode.whenConnected(
+      awaitConnected(transport.status, running),
+      transport.status,
+      life.settings,
+    )
+    yield* Effect.logInfo(`Worker ${name} started in ${mode} mode on ${inQueue}, at ${broker}`)
+    return { running, status: transport.status }
+  }),
+)
 
 /**
  * The life of `worker` as one layer graph, read from the bottom up: the order its steps are
  * built in; closing its scope releases them from the top down. `beforeStartup` runs right
  * after the life is made: the process's probe server, up from the start to the end of the
- * shutdown. A second signal (`skipGrace`) ends the drain's grace early.
+ * shutdown.
  */
 export const layer = <A, I, O, R, E2 = never>(
   worker: Worker<A, I, O, R>,
   options: LifeOptions,
   steps: {
     readonly beforeStartup?: Layer.Layer<never, E2, Probes.WorkerProbes> | undefined
-    readonly skipGrace?: Effect.Effect<void> | undefined
   } = {},
 ): Layer.Layer<
   CurrentProgram | CurrentLife | Probes.WorkerProbes,
-  StartError | IdleHookError | E2,
+  StartError | ConsumingError | E2,
   R
 > =>
   // Fresh: Effect 4 shares a layer value across the graphs built with one memo map, and each
   // worker of an app lives a life of its own.
   Layer.fresh(
-    consumingStep(steps.skipGrace).pipe(
+    consumingStep.pipe(
       Layer.provideMerge(transportStep(options)),
       Layer.provideMerge(startupStep),
       Layer.provideMerge(steps.beforeStartup ?? Layer.empty),
       Layer.provideMerge(lifeStep(worker, options)),
+      Layer.provideMerge(WorkerProgram.layerServices(worker)),
       Layer.provideMerge(loggingStep(worker.name)),
       Layer.provideMerge(settingsStep(worker, options)),
     ),

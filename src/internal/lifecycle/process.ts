@@ -7,6 +7,7 @@ import {
   Cause,
   ConfigProvider,
   Context,
+  Deferred,
   Duration,
   Effect,
   Exit,
@@ -14,13 +15,14 @@ import {
   Layer,
   Option,
   Queue,
+  Redacted,
   Ref,
   Result,
   Scope,
 } from "effect"
 import type { ConsumingError, RunOptions, StartError } from "../../Lifecycle.ts"
 import * as Probes from "../../Probes.ts"
-import { type ExitCode, Process } from "../../Process.ts"
+import { describeStop, type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import * as Settings from "../../Settings.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import type { ProbeServerError } from "../../WorkerError.ts"
@@ -45,6 +47,9 @@ export const processSettings = <A, I, O, R>(
   options: RunOptions,
 ): Effect.Effect<Result.Result<Settings.WorkerSettings, string>> =>
   Effect.gen(function* () {
+    // Before the first that Deno would refuse: every missing permission in one line.
+    const unpermitted = missingPermissions()
+    if (unpermitted !== undefined) return Result.fail(unpermitted)
     const given = Context.getOrUndefined(
       yield* Effect.context<never>(),
       ConfigProvider.ConfigProvider,
@@ -76,8 +81,26 @@ export const processSettings = <A, I, O, R>(
           "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
       )
     }
-    return Result.succeed(settings)
+    const unreached = missingPermissions({ net: addressesOf(settings, options) })
+    return unreached === undefined ? Result.succeed(settings) : Result.fail(unreached)
   })
+
+/** The addresses the process listens on and connects to: the probe server's, the broker's. */
+const addressesOf = (settings: Settings.WorkerSettings, options: RunOptions): Array<string> => {
+  const addresses = [`${settings.healthCheckHost}:${settings.healthCheckPort}`]
+  if (
+    options.transport !== undefined || settings.transport !== "amqp" ||
+    Option.isNone(settings.brokerUrl)
+  ) return addresses
+  try {
+    const url = new URL(Redacted.value(settings.brokerUrl.value))
+    const port = url.port === "" ? (url.protocol === "amqps:" ? "5671" : "5672") : url.port
+    return [...addresses, `${url.hostname}:${port}`]
+  } catch {
+    // The settings have checked it: the transport says what is wrong with it.
+    return addresses
+  }
+}
 
 /** An error of the process's life as the spec's exit code, logged. */
 const exitCodeOf = (
@@ -90,6 +113,9 @@ const exitCodeOf = (
       return Effect.succeed(error.isConfiguration ? 2 : 1)
     case "ProbeServerError":
       return Effect.as(Effect.flatMap(Process, (p) => p.writeErr(error.message)), 2)
+    case "MissingServiceError":
+      // The deployment's defect, which the engine has said: no restart mends it.
+      return Effect.succeed(2)
     default:
       return Effect.as(Effect.logError(error.message), 1)
   }
@@ -98,18 +124,15 @@ const exitCodeOf = (
 /**
  * The end of the process's life: a startup still under way is cancelled, the life's scope closed
  * (the drain, the shutdown hooks, the transport, the probe server), and handlers that ignored
- * their signal waited for; bounded by {@link Life.shutdownBound} from outside, with a bound that
- * does not wait for what it cuts short (`timeoutDetached`).
+ * their signal waited for; the exit code, 1 if a shutdown hook failed.
  */
 const closeLife = (
-  settings: Settings.WorkerSettings,
   main: Fiber.Fiber<ExitCode>,
   lifeScope: Scope.Closeable,
   life: Ref.Ref<Option.Option<Life.Life<any, any, any, any>>>,
   first: Option.Option<ExitCode>,
-): Effect.Effect<ExitCode> => {
-  const bound = Life.shutdownBound(settings.shutdownGrace)
-  const close = Effect.gen(function* () {
+): Effect.Effect<ExitCode> =>
+  Effect.gen(function* () {
     yield* Fiber.interrupt(main)
     yield* Scope.close(lifeScope, Exit.void)
     const built = yield* Ref.get(life)
@@ -126,20 +149,61 @@ const closeLife = (
     const clean = Option.isNone(built) || (yield* Ref.get(built.value.hooksClean))
     return clean ? code : (code === 0 ? 1 : code)
   })
-  return timeoutDetached(close, bound).pipe(
-    Effect.flatMap(Option.match({
-      onSome: Effect.succeed,
-      onNone: () =>
-        Effect.as(
-          Effect.logError(`The shutdown did not end within ${Duration.format(bound)}: exiting`),
-          1 as const,
+
+/**
+ * A life as the process, until it ends or is stopped: `start` forked, with the second stop (a
+ * signal after the first) as the end of the drain's grace ({@link Life.SkipGrace}); held until
+ * `start` ends (its exit code), the first stop (said) or `stop`; then `close`, given `start`'s
+ * fiber and its exit code if it ended, bounded from outside by `bound` with a bound that does
+ * not wait for what it cuts short (`timeoutDetached`): 1 past it, or if the close fails.
+ */
+export const untilStopped = <R>(options: {
+  readonly start: Effect.Effect<ExitCode, never, R>
+  readonly stop: Effect.Effect<void>
+  readonly bound: Duration.Duration
+  readonly close: (
+    main: Fiber.Fiber<ExitCode>,
+    first: Option.Option<ExitCode>,
+  ) => Effect.Effect<ExitCode>
+}): Effect.Effect<ExitCode, never, R | Process | Scope.Scope> =>
+  Effect.gen(function* () {
+    const signals = yield* (yield* Process).signals
+    const second = yield* Deferred.make<void>()
+    const main = yield* Effect.forkChild(
+      Effect.provideService(options.start, Life.SkipGrace, Deferred.await(second)),
+    )
+    const first = yield* Effect.raceAll([
+      Fiber.join(main).pipe(Effect.map(Option.some)),
+      Queue.take(signals).pipe(
+        Effect.tap((stop) => Effect.logInfo(`${describeStop(stop)}: shutting down`)),
+        Effect.as(Option.none<ExitCode>()),
+      ),
+      options.stop.pipe(Effect.as(Option.none<ExitCode>())),
+    ])
+    yield* Effect.forkScoped(
+      Queue.take(signals).pipe(
+        Effect.tap((stop) =>
+          Effect.logWarning(`${describeStop(stop)} again: skipping the rest of the grace period`)
         ),
-    })),
-    Effect.catchCause((cause) =>
-      Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
-    ),
-  )
-}
+        Effect.andThen(Deferred.succeed(second, undefined)),
+      ),
+    )
+    return yield* timeoutDetached(options.close(main, first), options.bound).pipe(
+      Effect.flatMap(Option.match({
+        onSome: Effect.succeed,
+        onNone: () =>
+          Effect.as(
+            Effect.logError(
+              `The shutdown did not end within ${Duration.format(options.bound)}: exiting`,
+            ),
+            1 as const,
+          ),
+      })),
+      Effect.catchCause((cause) =>
+        Effect.as(Effect.logError("The shutdown failed", Cause.pretty(cause)), 1 as const)
+      ),
+    )
+  })
 
 /**
  * The process's life after its settings: the worker's life until it ends, a signal or
@@ -151,19 +215,11 @@ export const live = <A, I, O, R>(
   options: RunOptions,
 ): Effect.Effect<ExitCode, never, Process | R | Scope.Scope> =>
   Effect.gen(function* () {
-    const process = yield* Process
-    const signals = yield* process.signals
     const lifeScope = yield* Scope.make()
     const built = yield* Ref.make(Option.none<Life.Life<A, I, O, R>>())
-    const skipGrace = Queue.take(signals).pipe(
-      Effect.tap((signal) =>
-        Effect.logWarning(`${signal} received again: skipping the rest of the grace period`)
-      ),
-      Effect.asVoid,
-    )
-    const graph = Life.layer(worker, options, { beforeStartup: Probes.layer, skipGrace })
-    const main = yield* Effect.forkChild(
-      Effect.gen(function* () {
+    const graph = Life.layer(worker, options, { beforeStartup: Probes.layer })
+    return yield* untilStopped({
+      start: Effect.gen(function* () {
         const { life, program } = Life.partsOf(yield* Layer.buildWithScope(graph, lifeScope))
         yield* Ref.set(built, Option.some(life))
         yield* Life.consumingEnds(life, program)
@@ -178,14 +234,8 @@ export const live = <A, I, O, R>(
             : Effect.as(Effect.logError("The worker failed", cause), 1 as ExitCode)
         ),
       ),
-    )
-    const first = yield* Effect.raceAll([
-      Fiber.join(main).pipe(Effect.map(Option.some)),
-      Queue.take(signals).pipe(
-        Effect.tap((signal) => Effect.logInfo(`${signal} received: shutting down`)),
-        Effect.as(Option.none<ExitCode>()),
-      ),
-      (options.stop ?? Effect.never).pipe(Effect.as(Option.none<ExitCode>())),
-    ])
-    return yield* closeLife(settings, main, lifeScope, built, first)
+      stop: options.stop ?? Effect.never,
+      bound: Life.shutdownBound(settings.shutdownGrace),
+      close: (main, first) => closeLife(main, lifeScope, built, first),
+    })
   })

@@ -290,10 +290,14 @@ export const logLevel = (spec: Spec<string>): Row<LogLevel.LogLevel, LogLevel.Lo
     check: (_label, level) => Result.succeed(level),
   })
 
-/** A secret, absent by default: redacted from the moment it is read, so never shown. */
+/**
+ * A secret, absent by default: redacted from the moment it is read, so never shown. `check`
+ * says what is wrong with a value (after the setting's name), in words that never quote it.
+ */
 export const secret = (spec: {
   readonly env: string
   readonly meaning: string
+  readonly check?: (value: string) => string | undefined
 }): Row<Option.Option<Redacted.Redacted<string>>, string | Redacted.Redacted<string>> =>
   rowOf({
     env: spec.env,
@@ -308,7 +312,12 @@ export const secret = (spec: {
       ),
     given: (input: string | Redacted.Redacted<string>) =>
       Option.some(Redacted.isRedacted(input) ? input : Redacted.make(input)),
-    check: (_label, value) => Result.succeed(value),
+    check: (label, value) => {
+      const problem = Option.isSome(value) && spec.check !== undefined
+        ? spec.check(Redacted.value(value.value))
+        : undefined
+      return problem === undefined ? Result.succeed(value) : Result.fail(`${label} ${problem}`)
+    },
   })
 
 const formatter = SchemaIssue.makeFormatterStandardSchemaV1()

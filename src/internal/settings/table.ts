@@ -6,6 +6,7 @@
  */
 import { hostname } from "node:os"
 import { Duration } from "effect"
+import { urlProblem } from "../amqp/url.ts"
 import { boolean, duration, integer, literal, logLevel, secret, text } from "./row.ts"
 
 /** The rows, by field name. */
@@ -35,7 +36,7 @@ export const table = {
     env: "WORKER_DELIVERY_LIMIT",
     default: 5,
     min: 1,
-    meaning: "the last attempt; later deliveries conclude `TASK_ABANDONED_AFTER_REDELIVERIES`",
+    meaning: "the last attempt, then `TASK_ABANDONED_AFTER_REDELIVERIES`",
   }),
   retryBackoffBase: duration({
     env: "WORKER_RETRY_BACKOFF_BASE_S",
@@ -47,13 +48,13 @@ export const table = {
     env: "WORKER_RETRY_BACKOFF_MAX_S",
     default: 60,
     allowZero: true,
-    meaning: "the longest retry backoff, a `RetryableError`'s own delay included",
+    meaning: "the longest retry backoff, a `RetryableError`'s delay included",
   }),
   consumerTimeout: duration({
     env: "WORKER_CONSUMER_TIMEOUT_S",
     default: 1800,
     allowZero: false,
-    meaning: "the broker's lease bound; `timeout + backoff max + 60 s` must fit under it",
+    meaning: "the broker's lease; `timeout + backoff max + 60 s` must fit in it",
   }),
   shutdownGrace: duration({
     env: "WORKER_SHUTDOWN_GRACE_S",
@@ -110,13 +111,13 @@ export const table = {
   brokerUrl: secret({
     env: "BROKER_URL",
     meaning: "the RabbitMQ URL; redacted everywhere, as it holds the password",
+    check: urlProblem,
   }),
   transport: literal({
     env: "WORKER_TRANSPORT",
     values: ["amqp", "memory"],
     default: "amqp",
-    meaning:
-      "`amqp` (RabbitMQ at `BROKER_URL`) or `memory` (the embedded broker, for local trials)",
+    meaning: "`amqp` (RabbitMQ at `BROKER_URL`) or `memory` (the embedded broker)",
   }),
   mode: literal({
     env: "WORKER_MODE",
@@ -150,7 +151,7 @@ export const table = {
   logErrorText: boolean({
     env: "WORKER_LOG_ERROR_TEXT",
     default: true,
-    meaning: "`false`: an unexpected error's message and stack stay out of the worker's log",
+    meaning: "`false`: an unexpected error's message and stack stay out of the log",
   }),
   taskOverrunGrace: duration({
     env: "WORKER_TASK_OVERRUN_GRACE_S",

@@ -1,14 +1,26 @@
 /**
- * The patch of amqplib's internals against the real amqplib and broker: fails when amqplib's
- * connection no longer has the shape `coalesceWrites` reaches for, which would otherwise leave the
- * patch silently unapplied (and every publish a system call of its own again).
+ * The patches of amqplib's internals against the real amqplib and broker: fail when amqplib no
+ * longer has the shape `coalesceWrites` and `keepCloseReasons` reach for, which would otherwise
+ * leave a patch silently unapplied (every publish a system call of its own again; a refused vhost
+ * retried forever, the broker's reason lost).
  */
+import { execFileSync } from "node:child_process"
 import { Buffer } from "node:buffer"
 import type * as Amqp from "amqplib"
 import amqp from "amqplib"
 import { beforeAll, describe, expect, it } from "vitest"
-import { coalesceWrites, connect } from "../../../src/internal/amqp/connect.ts"
+import {
+  amqplibModule,
+  closeReasonOf,
+  coalesceWrites,
+  connect,
+  keepCloseReasons,
+  patchHandshake,
+} from "../../../src/internal/amqp/connect.ts"
 import { CLASSIC_VHOST, ensureVhosts, urlFor } from "../../integration/broker.ts"
+
+/** A vhost guest has no permissions on (`add_vhost` grants none). */
+const FORBIDDEN_VHOST = "async-task-worker-forbidden"
 
 interface Muxer {
   readonly _readIncoming: unknown
@@ -27,7 +39,17 @@ const roundTrip = async (model: Amqp.ChannelModel) => {
   return (await channel.checkQueue(queue)).messageCount
 }
 
-beforeAll(() => ensureVhosts(), 60_000)
+beforeAll(() => {
+  ensureVhosts()
+  try {
+    execFileSync("rabbitmqctl", ["-q", "add_vhost", FORBIDDEN_VHOST], {
+      stdio: "ignore",
+      timeout: 60_000,
+    })
+  } catch {
+    // It exists (made by an earlier run, or by test/integration/AmqpTransport.test.ts).
+  }
+}, 60_000)
 
 describe("coalesceWrites on amqplib's connection", () => {
   it(
@@ -64,5 +86,122 @@ describe("coalesceWrites on amqplib's connection", () => {
     const model = { connection: { muxer: { _readIncoming: () => {}, out: {} } } }
     expect(coalesceWrites(model as unknown as Amqp.ChannelModel)).toBe(false)
     expect(Object.keys(model.connection.muxer)).toEqual(["_readIncoming", "out"])
+  })
+})
+
+/** How `connect` fails, for a URL it cannot open. */
+const refusal = (url: string): Promise<unknown> =>
+  connect(url).then(
+    async (model) => {
+      await model.close()
+      throw new Error(`${url} was opened`)
+    },
+    (error: unknown) => error,
+  )
+
+describe("keepCloseReasons on amqplib's handshake", () => {
+  interface Handshaking {
+    readonly open: (...args: ReadonlyArray<unknown>) => unknown
+    readonly recvFrame: unknown
+  }
+  const connectionModule = () =>
+    amqplibModule("./lib/connection.js") as { Connection?: { prototype: Handshaking } }
+
+  it("finds amqplib's Connection (open of two parameters, recvFrame) and ConnectionClose's id, and patches open", () => {
+    const { Connection } = connectionModule()
+    expect(typeof Connection).toBe("function")
+    const proto = Connection!.prototype
+    expect(typeof proto.recvFrame).toBe("function")
+    expect(typeof proto.open).toBe("function")
+    expect(proto.open.length).toBe(2)
+    expect((amqplibModule("./lib/defs.js") as { ConnectionClose?: unknown }).ConnectionClose)
+      .toBe(655410)
+    expect(patchHandshake()).toBe(true)
+    expect(Object.getOwnPropertySymbols(proto).map(String)).toContain(
+      "Symbol(@async-task/worker/amqp/keepCloseReasons)",
+    )
+  })
+
+  it("the module it patches is the one amqplib connects with", async () => {
+    const model = await amqp.connect(urlFor(CLASSIC_VHOST))
+    try {
+      const connection = (model as unknown as { connection: object }).connection
+      expect(Object.getPrototypeOf(connection)).toBe(connectionModule().Connection!.prototype)
+    } finally {
+      await model.close()
+    }
+  }, 30_000)
+
+  it("an unknown vhost: the error carries the broker's 530 and its text", async () => {
+    const error = await refusal(urlFor("async-task-worker-no-such-vhost"))
+    expect(String(error)).toContain("Expected ConnectionOpenOk")
+    expect(closeReasonOf(error)).toEqual({
+      replyCode: 530,
+      replyText: "NOT_ALLOWED - vhost async-task-worker-no-such-vhost not found",
+    })
+  }, 30_000)
+
+  it("a vhost the user may not use: 530, with the broker's text", async () => {
+    const error = await refusal(urlFor(FORBIDDEN_VHOST))
+    expect(closeReasonOf(error)).toEqual({
+      replyCode: 530,
+      replyText: `NOT_ALLOWED - access to vhost '${FORBIDDEN_VHOST}' refused for user 'guest'`,
+    })
+  }, 30_000)
+
+  it("refused credentials: 403, with the broker's text", async () => {
+    const error = await refusal(urlFor(CLASSIC_VHOST, "not-the-password"))
+    expect(closeReasonOf(error)?.replyCode).toBe(403)
+    expect(closeReasonOf(error)?.replyText).toContain("ACCESS_REFUSED")
+  }, 30_000)
+
+  it("an open connection reads its frames with amqplib's own recvFrame again", async () => {
+    const model = await connect(urlFor(CLASSIC_VHOST))
+    try {
+      const connection = (model as unknown as { connection: object }).connection
+      expect(Object.hasOwn(connection, "recvFrame")).toBe(false)
+      expect(await roundTrip(model)).toBe(10)
+    } finally {
+      await model.close()
+    }
+  }, 30_000)
+
+  it("a class of another shape is left as it is", () => {
+    class OtherConnection {
+      open(fields: unknown) {
+        return fields
+      }
+      recvFrame() {
+        return false
+      }
+    }
+    const open = OtherConnection.prototype.open
+    expect(keepCloseReasons(OtherConnection, 655410)).toBe(false)
+    expect(keepCloseReasons(undefined, 655410)).toBe(false)
+    expect(OtherConnection.prototype.open).toBe(open)
+  })
+
+  it("a handshake the broker closes gives its error the close's code and text, once patched", () => {
+    const close = { id: 655410, channel: 0, fields: { replyCode: 530, replyText: "NOT_ALLOWED" } }
+    class FakeConnection {
+      frames: Array<unknown> = [{ id: 655401, channel: 0, fields: {} }, close]
+      open(_fields: unknown, callback: (error: unknown) => void) {
+        this.recvFrame()
+        this.recvFrame()
+        callback(new Error("Expected ConnectionOpenOk; got <ConnectionClose channel:0>"))
+      }
+      recvFrame(): unknown {
+        return this.frames.shift() ?? false
+      }
+    }
+    expect(keepCloseReasons(FakeConnection, 655410)).toBe(true)
+    const patched = FakeConnection.prototype.open
+    expect(keepCloseReasons(FakeConnection, 655410)).toBe(true)
+    expect(FakeConnection.prototype.open).toBe(patched)
+    const connection = new FakeConnection()
+    let failure: unknown
+    connection.open({}, (error) => (failure = error))
+    expect(closeReasonOf(failure)).toEqual({ replyCode: 530, replyText: "NOT_ALLOWED" })
+    expect(Object.hasOwn(connection, "recvFrame")).toBe(false)
   })
 })

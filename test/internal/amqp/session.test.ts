@@ -15,7 +15,7 @@ import { eventually, FakeConnection } from "./fakes.ts"
  * them, intake stopped first when the scope closes. `connections` answer the attempts in turn: a
  * connection, or a failure.
  */
-const sessions = (connections: ReadonlyArray<FakeConnection | Error>) =>
+const sessions = (connections: ReadonlyArray<FakeConnection | Error>, url = "amqp://fake") =>
   Effect.gen(function* () {
     const inbox = new Inbox<Delivery, TransportError>()
     const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
@@ -35,7 +35,7 @@ const sessions = (connections: ReadonlyArray<FakeConnection | Error>) =>
         : Promise.resolve(next)
     }
     const loop = yield* Session.run({
-      url: "amqp://fake",
+      url,
       inQueue: "in",
       outQueue: "out",
       connect,
@@ -125,6 +125,30 @@ describe("Session", () => {
       const error = yield* Effect.flip(Fiber.join(loop))
       expect(error.reason).toBe("precondition_failed")
       expect(attempts()).toBe(1)
+    }))
+
+  it.effect("a vhost the broker refuses at connect (530) is not retried: the loop fails with its reason", () =>
+    Effect.gen(function* () {
+      const refused = Object.assign(
+        new Error("Expected ConnectionOpenOk; got <ConnectionClose channel:0>"),
+        { replyCode: 530, replyText: "NOT_ALLOWED - vhost nope not found" },
+      )
+      const { loop, attempts } = yield* sessions([refused, new FakeConnection()])
+      const error = yield* Effect.flip(Fiber.join(loop))
+      expect(error.reason).toBe("not_allowed")
+      expect(error.isConfiguration).toBe(true)
+      expect(error.message).toContain("NOT_ALLOWED - vhost nope not found")
+      expect(attempts()).toBe(1)
+    }))
+
+  it.effect("a broker URL that cannot work fails the loop before any connection", () =>
+    Effect.gen(function* () {
+      const { loop, attempts } = yield* sessions([new FakeConnection()], "amqp://fake:0/vhost")
+      const error = yield* Effect.flip(Fiber.join(loop))
+      expect(error.reason).toBe("invalid_url")
+      expect(error.isConfiguration).toBe(true)
+      expect(error.message).toBe("The broker URL has port 0: a port is from 1 to 65535")
+      expect(attempts()).toBe(0)
     }))
 
   it.effect("with intake stopped, a connection opens no consumer channel and declares both queues on the confirm channel", () =>

@@ -3,7 +3,7 @@
  * plain values — no fiber, no broker, no clock.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Duration, Exit, Schema } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Schema } from "effect"
 import {
   afterHandler,
   classify,
@@ -106,6 +106,29 @@ describe("classify and afterHandler", () => {
     expect(afterHandler({ _tag: "Shutdown" }, task, settings, encodeOutput)).toMatchObject({
       plan: { _tag: "Requeue", decision: { outcome: "shutdown_requeued" } },
     })
+  })
+
+  it("a service the worker was not given (Effect's own defect for it): requeued, no backoff, an error line", () => {
+    class Database extends Context.Service<Database, { readonly save: () => void }>()(
+      "app/Database",
+    ) {}
+    // The exit Effect itself gives a handler that asks for what its context lacks.
+    const exit = Effect.runSyncExit(Effect.asVoid(Database) as Effect.Effect<void>)
+    const verdict = classify(exit)
+    expect(verdict).toEqual({ _tag: "MissingService", service: "app/Database" })
+    expect(afterHandler(verdict, task, settings, encodeOutput)).toMatchObject({
+      _tag: "Settle",
+      plan: {
+        _tag: "Requeue",
+        decision: { outcome: "engine_error", action: "nack-requeue", reason: "missing_service" },
+      },
+      note: { level: "error", error: "MissingService" },
+    })
+    expect(handlerEnd(verdict)).toBe("other")
+    // Any other defect is the handler's own.
+    expect(classify(Exit.die(new Error("Service not found, but not Effect's")))._tag).toBe(
+      "Internal",
+    )
   })
 
   it("how a handler ended, for adaptive concurrency", () => {

@@ -51,7 +51,9 @@ describe("deliver: an unexpected handler failure", () => {
   it.effect("is logged as an ERROR line carrying the handler's whole Cause; the platform gets the fixed sentence", () => {
     const { lines, layer } = capture()
     return Effect.gen(function* () {
-      const harness = yield* WorkerHarness.make(define(() => Effect.die(new Error(SECRET))))
+      const harness = yield* WorkerHarness.make(define(() => Effect.die(new Error(SECRET))), {
+        logLevel: "error",
+      })
       const run = yield* harness.submit({ text: "x" }, { taskId: "t-die" })
       run.assertFailed({ code: "INTERNAL_ERROR" })
       expect(run.error!.message).toBe(INTERNAL_MESSAGE)
@@ -72,7 +74,9 @@ describe("deliver: an unexpected handler failure", () => {
   it.effect("a failure with a plain value: its Cause is that failure", () => {
     const { lines, layer } = capture()
     return Effect.gen(function* () {
-      const harness = yield* WorkerHarness.make(define(() => Effect.fail(SECRET)))
+      const harness = yield* WorkerHarness.make(define(() => Effect.fail(SECRET)), {
+        logLevel: "error",
+      })
       ;(yield* harness.submit({ text: "x" })).assertFailed({ code: "INTERNAL_ERROR" })
       const line = lines.find((l) => l.level === "Error")!
       expect(line.message).toBe("The handler failed with an unexpected string")
@@ -83,10 +87,13 @@ describe("deliver: an unexpected handler failure", () => {
   it.effect("a Logger that cannot render the Cause gets the line without it, and the task still concludes", () => {
     const { lines, layer } = capture({ refuseCauses: true })
     return Effect.gen(function* () {
-      const harness = yield* WorkerHarness.make(define(async () => {
-        await Promise.resolve()
-        throw new Error(SECRET)
-      }))
+      const harness = yield* WorkerHarness.make(
+        define(async () => {
+          await Promise.resolve()
+          throw new Error(SECRET)
+        }),
+        { logLevel: "error" },
+      )
       ;(yield* harness.submit({ text: "x" }, { taskId: "t-thrown" })).assertFailed({
         code: "INTERNAL_ERROR",
       })

@@ -1,0 +1,92 @@
+/**
+ * An app's layer as the process (`Worker.launch`): the layer built, held until a stop, then
+ * released within the shutdown's bound; the spec's exit code, with one line saying why the app
+ * could not start.
+ */
+import { Cause, Config, Duration, Effect, Exit, Fiber, Layer, Option, Scope } from "effect"
+import { type ExitCode, missingPermissions, Process } from "../../Process.ts"
+import type * as Settings from "../../Settings.ts"
+import { ProbeServerError, SettingsError, TransportError } from "../../WorkerError.ts"
+import { errorKind, errorMessage } from "../describe.ts"
+import { readTable } from "../settings/row.ts"
+import { table } from "../settings/table.ts"
+import { shutdownBound } from "./life.ts"
+import { untilStopped } from "./process.ts"
+
+/** The grace's row takes nothing from a worker's definition. */
+const NO_DEFINITION: Settings.SettingsDefaults = { name: "", timeout: Duration.zero }
+
+/**
+ * The grace the app's workers drain within, as their settings read it; none if it cannot be read
+ * (the workers' own settings then fail the start).
+ */
+const graceOf = (given: Duration.Input | undefined): Effect.Effect<Duration.Duration> =>
+  readTable({ shutdownGrace: table.shutdownGrace }, NO_DEFINITION, { shutdownGrace: given }).pipe(
+    Effect.map(({ values }) => values.shutdownGrace ?? Duration.zero),
+    Effect.catchDefect(() => Effect.succeed(Duration.zero)),
+  )
+
+const sayOnStderr = (line: string): Effect.Effect<ExitCode, never, Process> =>
+  Effect.as(Effect.flatMap(Process, (process) => process.writeErr(line)), 2 as const)
+
+/** Why the app did not start, as the spec's exit code, said in one line. */
+const startFailure = (error: unknown): Effect.Effect<ExitCode, never, Process> => {
+  if (error instanceof TransportError) {
+    // The transport logs what it meets connecting; a missing URL it only fails with.
+    if (error.reason === "not_configured") return sayOnStderr(error.message)
+    return Effect.succeed(error.isConfiguration ? 2 : 1)
+  }
+  if (error instanceof SettingsError || error instanceof ProbeServerError) {
+    return sayOnStderr(error.message)
+  }
+  if (error instanceof Config.ConfigError) {
+    return sayOnStderr(
+      `The configuration could not be read: ${error.message.split("\n")[0]!.trim()}`,
+    )
+  }
+  return Effect.as(Effect.logError(`The app could not start: ${errorMessage(error)}`), 1 as const)
+}
+
+/**
+ * A defect as the exit code: a runtime that refuses a permission (Deno) is configuration, said
+ * with every permission missing; any other is a failure.
+ */
+const defectCode = (cause: Cause.Cause<never>): Effect.Effect<ExitCode, never, Process> => {
+  const defect = Cause.squash(cause)
+  if (errorKind(defect) !== "NotCapable") {
+    return Effect.as(Effect.logError("The app failed", cause), 1 as const)
+  }
+  return sayOnStderr(
+    missingPermissions() ?? `A Deno permission is missing: ${errorMessage(defect)}`,
+  )
+}
+
+/**
+ * The app's life as the process: the layer built in a scope of its own and held until the first
+ * stop, or its failure to build; then the scope released (the workers' drains, their shutdown
+ * hooks and transports, then the app's own services), within the bound of the workers' grace.
+ */
+export const launch = <ROut, E>(
+  app: Layer.Layer<ROut, E, never>,
+  stop: Effect.Effect<void>,
+  shutdownGrace: Duration.Input | undefined,
+): Effect.Effect<ExitCode, never, Process> =>
+  Effect.scoped(Effect.gen(function* () {
+    const appScope = yield* Scope.make()
+    return yield* untilStopped({
+      start: Layer.buildWithScope(app, appScope).pipe(
+        Effect.andThen(Effect.never),
+        Effect.catch(startFailure),
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : defectCode(cause)
+        ),
+      ),
+      stop,
+      bound: shutdownBound(yield* graceOf(shutdownGrace)),
+      close: (main, first) =>
+        Fiber.interrupt(main).pipe(
+          Effect.andThen(Scope.close(appScope, Exit.void)),
+          Effect.as(Option.getOrElse(first, () => 0 as const)),
+        ),
+    })
+  }))
