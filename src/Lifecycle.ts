@@ -12,7 +12,7 @@
  *
  * @since 0.1.0
  */
-import { Data, type Duration, Effect, Layer, Ref, Result, type Scope } from "effect"
+import { Data, type Duration, Effect, Layer, Option, Ref, Result, type Scope } from "effect"
 import * as Life from "./internal/lifecycle/life.ts"
 import { live, processSettings } from "./internal/lifecycle/process.ts"
 import type * as Probes from "./Probes.ts"
@@ -176,11 +176,20 @@ export const make = <A, I, O, R>(
   Effect.gen(function* () {
     const context = yield* Layer.build(Life.layer(worker, options))
     const { life, program } = Life.partsOf(context)
+    const reports = yield* Life.LifeReports
     yield* Effect.forkScoped(
       Life.consumingEnds(life, program).pipe(
         Effect.matchEffect({
-          onFailure: (error) => Effect.logError(`The worker stopped: ${error.message}`),
-          onSuccess: () => Effect.andThen(Life.beginDraining(life), program.running.drain()),
+          onFailure: (error) =>
+            Effect.andThen(
+              Effect.logError(`The worker stopped: ${error.message}`),
+              reports.ended(Option.some(error)),
+            ),
+          onSuccess: () =>
+            Life.beginDraining(life).pipe(
+              Effect.andThen(program.running.drain()),
+              Effect.andThen(reports.ended(Option.none())),
+            ),
         }),
         Effect.provideContext(context),
       ),

@@ -184,7 +184,8 @@ const quoted = (items: ReadonlyArray<string>): string => {
  * On Deno, the one line that names every permission the worker needs and lacks, with the
  * narrowest flags that grant them: `--allow-read` for `needs.read` (`=.` for files under the
  * working directory), `--allow-net` for `needs.net`, `--allow-env` (the settings read the whole
- * environment) and `--allow-sys=hostname` (the `started` message's default `hostname`); so that
+ * environment) and `--allow-sys=hostname` (the `started` message's `hostname`, unless `HOSTNAME`
+ * is set); so that
  * a run without them says all at once what Deno would say one at a time, as the first thing
  * fails. The version file is not named: without it `/__version__` serves the SDK's own version.
  * `undefined` elsewhere, or when everything is granted.
@@ -204,7 +205,9 @@ export const missingPermissions = (needs: PermissionNeeds = {}): string | undefi
     })
   }
   const env = granted({ name: "env" })
-  const hostname = granted({ name: "sys", kind: "hostname" })
+  // The host's name is asked for only as HOSTNAME's default (Kubernetes sets HOSTNAME).
+  const hostname = granted({ name: "sys", kind: "hostname" }) ||
+    (env && (process.env.HOSTNAME ?? "") !== "")
   if (needs.net === undefined) {
     if ((unread.length > 0 || !env || !hostname) && !granted({ name: "net" })) {
       missing.push({ what: "net access", flag: "--allow-net" })

@@ -202,12 +202,14 @@ export interface LaunchOptions {
 /**
  * Runs an app's layer as the process, as {@link run} runs a bare worker: the layer built (one
  * that includes {@link layer}: the worker starts and connects), then held until SIGTERM or
- * SIGINT, or the launcher's exit (`npx` gone), interrupts it; its release is the worker's drain,
- * its shutdown hooks and the transport's close, then the app's own services. A second signal
- * skips the rest of the drain's grace. Logs JSON lines, as `Worker.run` does, and exits: 0 clean
- * stop, 1 failure (the layer failed to build, a defect, the shutdown past its bound), 2
- * configuration (invalid settings, refused credentials, a conflicting queue, a probe port taken),
- * with one line saying why. The shutdown ends within `Lifecycle.shutdownBound` of the grace.
+ * SIGINT, the launcher's exit (`npx` gone), or the end of a worker's life in it (a job done,
+ * `worker.stop()`, a failure); its release is the worker's drain, its shutdown hooks and the
+ * transport's close, then the app's own services. A second signal skips the rest of the drain's
+ * grace. Logs JSON lines, as `Worker.run` does, and exits: 0 clean stop, 1 failure (the layer
+ * failed to build, a worker failed, a shutdown hook failed, a defect, the shutdown past its
+ * bound), 2 configuration (invalid settings, refused credentials, an unknown vhost, a conflicting
+ * queue, a probe port taken, a missing service), with one line saying why. The shutdown ends
+ * within `Lifecycle.shutdownBound` of the grace.
  *
  * @example
  * ```ts

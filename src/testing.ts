@@ -26,7 +26,7 @@ import * as Settings from "./Settings.ts"
 import * as TaskContext from "./TaskContext.ts"
 import { Transport } from "./Transport.ts"
 import type { Worker } from "./WorkerDefinition.ts"
-import type { SettingsError } from "./WorkerError.ts"
+import type { ServicesError, SettingsError } from "./WorkerError.ts"
 import * as WorkerLogger from "./WorkerLogger.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
@@ -227,7 +227,7 @@ const readSettings = <A, I, O, R>(
 export const make = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   options: HarnessOptions = {},
-): Effect.Effect<WorkerHarness<I, O>, SettingsError, Scope.Scope | R> =>
+): Effect.Effect<WorkerHarness<I, O>, SettingsError | ServicesError, Scope.Scope | R> =>
   Effect.gen(function* () {
     const settings = yield* readSettings(worker, options)
     // The worker's log settings, for the engine's lines and the handler's alike: the handler's
@@ -250,6 +250,8 @@ export const make = <A, I, O, R>(
     // The worker program every runner uses; the harness hands it each delivery itself.
     const program = yield* logged(Layer.build(
       WorkerProgram.layer(worker).pipe(
+        // The definition's services, as every runner builds them (`Worker.make({ layer })`).
+        Layer.provideMerge(WorkerProgram.layerServices(worker)),
         Layer.provide(Layer.succeed(Settings.Settings, settings)),
         Layer.provide(Layer.succeed(Transport, transport)),
       ),

@@ -1,6 +1,6 @@
 import process from "node:process"
 import { describe, expect, it, vi } from "@effect/vitest"
-import { Duration, Effect, Logger, type LogLevel, Schema } from "effect"
+import { Context, Duration, Effect, Exit, Layer, Logger, type LogLevel, Schema } from "effect"
 import { FatalError, RetryableError } from "../src/WorkerError.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
@@ -41,6 +41,69 @@ describe("WorkerHarness", () => {
       `{"task_id":"t-1","data":{"message_type":"success","response":{"length":3}}}`,
     )
     expect(() => run.assertFailed()).toThrow(/Expected the task to fail/)
+  })
+
+  describe("a definition's layer", () => {
+    class Greeting
+      extends Context.Service<Greeting, { readonly word: string }>()("test/Greeting") {}
+    const greeter = (layer: Layer.Layer<Greeting, unknown>) =>
+      Worker.make({
+        name: "greeter",
+        input: Schema.Struct({ name: Schema.String }),
+        output: Schema.Struct({ text: Schema.String }),
+        timeout: "5 seconds",
+        handler: ({ name }) => Effect.map(Greeting, ({ word }) => ({ text: `${word}, ${name}` })),
+        layer,
+      })
+
+    it("is built for the handler, as every runner builds it", async () => {
+      const built: Array<string> = []
+      const layer = Layer.effect(
+        Greeting,
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            built.push("built")
+            return Greeting.of({ word: "Hello" })
+          }),
+          () => Effect.sync(() => void built.push("released")),
+        ),
+      )
+      const harness = await WorkerHarness.start(greeter(layer))
+      const run = await harness.submit({ name: "Ada" })
+      run.assertSucceeded()
+      expect(run.response).toEqual({ text: "Hello, Ada" })
+      expect((await harness.submit({ name: "Alan" })).response).toEqual({ text: "Hello, Alan" })
+      await harness.close()
+      expect(built).toEqual(["built", "released"])
+    })
+
+    it("a plain function that throws Effect's words for a missing service: the task's error", async () => {
+      const thrower = Worker.make({
+        name: "thrower",
+        input: Schema.Struct({}),
+        output: Schema.Struct({}),
+        timeout: "5 seconds",
+        handler: () => {
+          throw new Error("Service not found: payments")
+        },
+      })
+      await using harness = await WorkerHarness.start(thrower)
+      const run = await harness.submit({})
+      run.assertFailed({ code: "INTERNAL_ERROR" })
+      expect(run.outcome).toBe("ACKED")
+    })
+
+    it.effect("that cannot be built fails the harness with a ServicesError", () =>
+      Effect.gen(function* () {
+        const exit = yield* Effect.exit(
+          Effect.scoped(
+            WorkerHarness.make(greeter(Layer.effect(Greeting, Effect.fail("no database")))),
+          ),
+        )
+        expect(Exit.isFailure(exit) && exit.cause.reasons[0]).toMatchObject({
+          error: { _tag: "ServicesError", cause: "no database" },
+        })
+      }))
   })
 
   it("assertFailed checks the code, assertSucceeded throws on a failure", async () => {

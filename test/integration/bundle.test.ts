@@ -3,7 +3,8 @@
  * worker built into one file runs a task, its image-build warm-up writes V8's code cache, and a
  * start reads that cache (or writes a new one when V8 rejects it), on Node (the one running the
  * test, or 22 under Deno) and on Deno. Real processes, on the embedded broker: what is tested is
- * the recipe, not RabbitMQ.
+ * the recipe, not RabbitMQ; but for a vhost RabbitMQ refuses, which the bundle must tell from a
+ * broker out of reach (exit 2, not a retry) as the CLI does.
  */
 import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -82,6 +83,28 @@ describe.each(
       .map((line) => JSON.parse(line).data)
     return { status: run.status, stderr: run.stderr, published }
   }
+
+  it(
+    "exits 2 on a vhost the broker does not know, with the broker's reason, as the CLI does",
+    () => {
+      const { command, args } = commandLine(runtime, out, false)
+      const vhost = `no-such-vhost-${process.pid}`
+      const env: Record<string, string> = {
+        HEALTH_CHECK_PORT: "0",
+        BROKER_URL: `amqp://guest:guest@127.0.0.1:5672/${vhost}`,
+        NO_COLOR: "1",
+      }
+      for (const key of ["PATH", "HOME", "DENO_DIR"]) {
+        if (process.env[key] !== undefined) env[key] = process.env[key]!
+      }
+      const sent = Date.now()
+      const run = spawnSync(command, args, { cwd: out, encoding: "utf8", timeout: 30_000, env })
+      expect(run.status, `${run.stdout}\n${run.stderr}`).toBe(2)
+      expect(Date.now() - sent).toBeLessThan(10_000)
+      expect(run.stdout).toContain(`NOT_ALLOWED - vhost ${vhost} not found`)
+    },
+    60_000,
+  )
 
   it("runs a task from one file, and its warm-up writes the code cache", () => {
     const warm = start({ warm: true })

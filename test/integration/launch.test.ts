@@ -174,8 +174,14 @@ describe("Worker.launch", () => {
       const events = app.events()
       expect(events).not.toContain("task long done")
       expect(events.slice(-3)).toEqual(["shutdown hook", "journal closed", "exit 0"])
-      // Requeued, not concluded: it waits in the queue for a worker.
-      expect(await broker.count(inQueue)).toBe(1)
+      // Requeued, not concluded: it waits in the queue for a worker (a quorum queue's count
+      // follows the nack and the connection's close a moment later).
+      let waiting = await broker.count(inQueue)
+      for (const deadline = Date.now() + 5_000; waiting !== 1 && Date.now() < deadline;) {
+        await sleep(100)
+        waiting = await broker.count(inQueue)
+      }
+      expect(waiting).toBe(1)
     },
     60_000,
   )
@@ -213,6 +219,33 @@ describe("Worker.launch", () => {
     await started()
     expect(await app.exit(20_000), app.said()).toBe(0)
     expect(app.events().slice(-3)).toEqual(["shutdown hook", "journal closed", "exit 0"])
+  }, 60_000)
+
+  it(
+    "a job done ends the app with its worker's life: exit 0 after the task, hooks and service",
+    async () => {
+      const { app, inQueue, started } = launch({ WORKER_MODE: "job", WORKER_JOB_MAX_TASKS: "1" })
+      await started()
+      broker.publish(inQueue, broker.envelope("t-job", { id: "job", millis: 100 }))
+      await broker.confirmed()
+      expect(await app.exit(30_000), app.said()).toBe(0)
+      expect(app.events().slice(-5)).toEqual([
+        "task job started",
+        "task job done",
+        "shutdown hook",
+        "journal closed",
+        "exit 0",
+      ])
+    },
+    60_000,
+  )
+
+  it("a shutdown hook that fails: exit 1 after SIGTERM, the app's service released", async () => {
+    const { child, app, started } = launch({ FAIL_SHUTDOWN_HOOK: "1" })
+    await started()
+    signal(child, "SIGTERM")
+    expect(await app.exit(30_000), app.said()).toBe(1)
+    expect(app.events().slice(-3)).toEqual(["shutdown hook", "journal closed", "exit 1"])
   }, 60_000)
 
   it(

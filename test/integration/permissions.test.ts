@@ -107,6 +107,17 @@ describe("a Deno worker without its permissions", () => {
     )
   }, 90_000)
 
+  it("with HOSTNAME set (as Kubernetes sets it), runs without --allow-sys", () => {
+    const result = cli(["--allow-read=.", "--allow-env", "--allow-net=0.0.0.0"], {
+      env: { HEALTH_CHECK_PORT: "0", HOSTNAME: "pod-7" },
+      input: '{"text":"one two"}\n',
+    })
+    expect(result.status, show(result)).toBe(0)
+    expect(result.stdout).toContain(
+      '{"task_id":"local-1","data":{"message_type":"started","hostname":"pod-7"}}',
+    )
+  }, 90_000)
+
   it("with the narrow flags that grant enough, runs the worker", () => {
     const result = cli(
       ["--allow-read=.", "--allow-env", "--allow-sys=hostname", "--allow-net=0.0.0.0"],

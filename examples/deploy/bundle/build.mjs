@@ -12,6 +12,7 @@
  * runtime that will run it, writes that cache (at image build) and exits.
  */
 import { copyFile, mkdir, readdir, rm } from "node:fs/promises"
+import { createRequire } from "node:module"
 import { dirname, join, resolve } from "node:path"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
@@ -24,10 +25,20 @@ await mkdir(outDir, { recursive: true })
 for (const name of await readdir(outDir)) {
   if (name.endsWith(".v8cache")) await rm(join(outDir, name), { force: true })
 }
+// amqplib's own modules, which the SDK reads to keep a broker's refusal of a vhost (an exit 2, not
+// a retry) and which amqplib's package does not export: imported by their files, beside the copy
+// of amqplib the SDK imports, and left where the SDK finds them in a bundle.
+const sdkRequire = createRequire(createRequire(resolve(module)).resolve("@async-task/worker"))
+const amqplibFile = (path) => JSON.stringify(join(dirname(sdkRequire.resolve("amqplib")), path))
+const amqplibModules = `import * as amqplibConnection from ${amqplibFile("lib/connection.js")}\n` +
+  `import * as amqplibDefs from ${amqplibFile("lib/defs.js")}\n` +
+  `globalThis[Symbol.for("@async-task/worker/amqplib-modules")] = ` +
+  `{ "./lib/connection.js": amqplibConnection, "./lib/defs.js": amqplibDefs }\n`
 await esbuild.build({
   // Resolved where the worker is, as its own imports are.
   stdin: {
-    contents: `import { Worker } from "@async-task/worker"\n` +
+    contents: amqplibModules +
+      `import { Worker } from "@async-task/worker"\n` +
       `import { ${name} as worker } from ${JSON.stringify(resolve(module))}\n` +
       `Worker.run(worker)\n`,
     resolveDir: dirname(resolve(module)),
@@ -39,9 +50,8 @@ await esbuild.build({
   format: "cjs",
   target: "node22",
   // A Deno script's `if (import.meta.main) Worker.run(worker)`: the bundle runs it instead.
-  // The bundle is CommonJS: no `import.meta`. The SDK reaches amqplib's own files through it to
-  // read a broker's refusal of a vhost; in the bundle there are none, and such a refusal is
-  // retried as any connection failure.
+  // The bundle is CommonJS: no `import.meta`, through which the SDK requires amqplib's own
+  // modules elsewhere (here, the entry module gives them).
   define: {
     "import.meta.main": "false",
     "import.meta.url": "undefined",

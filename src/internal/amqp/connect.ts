@@ -122,14 +122,20 @@ const amqplibMain = (): string => {
 }
 
 /**
+ * Where a one-file build leaves amqplib's own modules, which it cannot require: its entry module
+ * imports them by their files (`examples/deploy/bundle/build.mjs`).
+ */
+const BUNDLED_AMQPLIB = Symbol.for("@async-task/worker/amqplib-modules")
+
+/**
  * One of amqplib's own modules, which its package does not export: required beside its main
- * module. `undefined` where amqplib has no files of its own (bundled into one file).
+ * module, or as a one-file build left it. `undefined` where neither can give it.
  */
 export const amqplibModule = (path: string): unknown => {
   try {
     return createRequire(amqplibMain())(path)
   } catch {
-    return undefined
+    return (globalThis as { [BUNDLED_AMQPLIB]?: Record<string, unknown> })[BUNDLED_AMQPLIB]?.[path]
   }
 }
 

@@ -32,15 +32,19 @@ export const invalidUrl = (url: string): TransportError | undefined => {
 
 /**
  * A failed connection (or channel). Refused credentials (403) are a configuration error, and so
- * is a refused vhost (530 NOT_ALLOWED at Connection.Open: unknown, or not the user's), but for a
- * connection limit reached, which other connections closing can lift. The broker's reason is
+ * is a refused vhost (530 NOT_ALLOWED at Connection.Open: unknown, or not the user's), but not a
+ * vhost that is down or a connection limit reached, which time can mend. The broker's reason is
  * known where amqplib's handshake is patched (`keepCloseReasons`); else only amqplib's text.
  */
 export const connectError = (error: unknown, url: string): TransportError => {
   const shown = redactUrl(url)
   const text = messageOf(error).replaceAll(url, shown)
   const close = closeReasonOf(error)
-  if (close?.replyCode === 530 && !/connection limit/i.test(close.replyText)) {
+  // 530 also says "vhost … is down" or a connection limit reached, which time can mend.
+  if (
+    close?.replyCode === 530 && /not found|refused for user/i.test(close.replyText) &&
+    !/connection limit/i.test(close.replyText)
+  ) {
     return new TransportError({
       reason: "not_allowed",
       message: `The broker refused the vhost of ${shown}: ${close.replyText}`,

@@ -20,7 +20,8 @@ export const urlProblem = (url: string): string | undefined => {
     return `does not parse: ${EXPECTED}, with the user, password and vhost percent-encoded and a port from 1 to 65535`
   }
   if (parsed.protocol !== "amqp:" && parsed.protocol !== "amqps:") {
-    return `must be an amqp: or amqps: URL, not ${parsed.protocol} (${EXPECTED})`
+    // Not quoted: in `user:password@host` (no scheme) it is the user's name.
+    return `must be an amqp: or amqps: URL (${EXPECTED})`
   }
   if (parsed.hostname === "") return `has no host (${EXPECTED})`
   if (parsed.port === "0") return "has port 0: a port is from 1 to 65535"

@@ -75,15 +75,17 @@ const missingService = (cause: Cause.Cause<unknown>): string | undefined => {
 
 /**
  * What the handler's exit means. Never throws, whatever the handler failed with (a value with
- * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error.
+ * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error. A missing
+ * service is only an Effect's: not when the handler `threw` as it was called (a plain function's
+ * `throw new Error("Service not found: …")` is the task's error, not the deployment's).
  */
-export const classify = (exit: Exit.Exit<unknown, unknown>): Verdict => {
+export const classify = (exit: Exit.Exit<unknown, unknown>, threw = false): Verdict => {
   if (Exit.isSuccess(exit)) return { _tag: "Success", output: exit.value }
   if (Cause.hasInterruptsOnly(exit.cause)) {
     return { _tag: "Internal", name: "Interrupted", cause: exit.cause }
   }
   try {
-    const service = missingService(exit.cause)
+    const service = threw ? undefined : missingService(exit.cause)
     if (service !== undefined) return { _tag: "MissingService", service }
     const failure = Cause.findErrorOption(exit.cause)
     const error = failure._tag === "Some" ? failure.value : Cause.squash(exit.cause)

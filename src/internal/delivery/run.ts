@@ -20,6 +20,8 @@ import type { Task } from "./plan.ts"
 interface Invoked<R> {
   readonly effect: Effect.Effect<unknown, unknown, R>
   readonly promise?: Promise<unknown>
+  /** The handler threw as it was called: its defect is its own. */
+  readonly threw?: true
 }
 
 /**
@@ -37,7 +39,7 @@ const invoke = <A, O, R>(
   try {
     result = ctx.worker.handler(input, context)
   } catch (defect) {
-    return { effect: Effect.die(defect) }
+    return { effect: Effect.die(defect), threw: true }
   }
   const kind = kindOf(result)
   if (kind === "effect") return { effect: result as Effect.Effect<unknown, unknown, R> }
@@ -172,5 +174,5 @@ export function* runHandler<A, O, R>(
   }
   if (stoppedWith !== undefined) return stoppedWith
   if (interrupted) return { _tag: "Shutdown" }
-  return late ? { _tag: "Timeout" } : classify(exit)
+  return late ? { _tag: "Timeout" } : classify(exit, invoked.threw === true)
 }

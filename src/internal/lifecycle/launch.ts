@@ -1,16 +1,34 @@
 /**
- * An app's layer as the process (`Worker.launch`): the layer built, held until a stop, then
- * released within the shutdown's bound; the spec's exit code, with one line saying why the app
- * could not start.
+ * An app's layer as the process (`Worker.launch`): the layer built, held until a stop or the end
+ * of a worker's life in it, then released within the shutdown's bound; the spec's exit code, with
+ * one line saying why the app could not start.
  */
-import { Cause, Config, Duration, Effect, Exit, Fiber, Layer, Option, Scope } from "effect"
+import {
+  Cause,
+  Config,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Ref,
+  Scope,
+} from "effect"
+import type { ConsumingError } from "../../Lifecycle.ts"
 import { type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import type * as Settings from "../../Settings.ts"
-import { ProbeServerError, SettingsError, TransportError } from "../../WorkerError.ts"
+import {
+  MissingServiceError,
+  ProbeServerError,
+  SettingsError,
+  TransportError,
+} from "../../WorkerError.ts"
 import { errorKind, errorMessage } from "../describe.ts"
 import { readTable } from "../settings/row.ts"
 import { table } from "../settings/table.ts"
-import { shutdownBound } from "./life.ts"
+import { LifeReports, shutdownBound } from "./life.ts"
 import { untilStopped } from "./process.ts"
 
 /** The grace's row takes nothing from a worker's definition. */
@@ -29,6 +47,12 @@ const graceOf = (given: Duration.Input | undefined): Effect.Effect<Duration.Dura
 const sayOnStderr = (line: string): Effect.Effect<ExitCode, never, Process> =>
   Effect.as(Effect.flatMap(Process, (process) => process.writeErr(line)), 2 as const)
 
+/** A worker's failure once consuming, as the exit code (the worker has logged it). */
+const consumingExitCode = (error: ConsumingError): ExitCode =>
+  error._tag === "MissingServiceError" || (error._tag === "TransportError" && error.isConfiguration)
+    ? 2
+    : 1
+
 /** Why the app did not start, as the spec's exit code, said in one line. */
 const startFailure = (error: unknown): Effect.Effect<ExitCode, never, Process> => {
   if (error instanceof TransportError) {
@@ -39,6 +63,8 @@ const startFailure = (error: unknown): Effect.Effect<ExitCode, never, Process> =
   if (error instanceof SettingsError || error instanceof ProbeServerError) {
     return sayOnStderr(error.message)
   }
+  // The engine has said which service (a startup hook's own is a StartupHookError).
+  if (error instanceof MissingServiceError) return Effect.succeed(2)
   if (error instanceof Config.ConfigError) {
     return sayOnStderr(
       `The configuration could not be read: ${error.message.split("\n")[0]!.trim()}`,
@@ -73,9 +99,24 @@ export const launch = <ROut, E>(
 ): Effect.Effect<ExitCode, never, Process> =>
   Effect.scoped(Effect.gen(function* () {
     const appScope = yield* Scope.make()
+    const ended = yield* Deferred.make<ExitCode>()
+    const hooksFailed = yield* Ref.make(false)
+    // The first worker whose life ends (a job done, `worker.stop()`, a failure) ends the app.
+    const reports = {
+      ended: (error: Option.Option<ConsumingError>) =>
+        Effect.asVoid(Deferred.succeed(
+          ended,
+          Option.match(error, {
+            onNone: () => 0 as const,
+            onSome: consumingExitCode,
+          }),
+        )),
+      hooksFailed: Ref.set(hooksFailed, true),
+    }
     return yield* untilStopped({
       start: Layer.buildWithScope(app, appScope).pipe(
-        Effect.andThen(Effect.never),
+        Effect.andThen(Deferred.await(ended)),
+        Effect.provideService(LifeReports, reports),
         Effect.catch(startFailure),
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : defectCode(cause)
@@ -86,7 +127,11 @@ export const launch = <ROut, E>(
       close: (main, first) =>
         Fiber.interrupt(main).pipe(
           Effect.andThen(Scope.close(appScope, Exit.void)),
-          Effect.as(Option.getOrElse(first, () => 0 as const)),
+          Effect.andThen(Ref.get(hooksFailed)),
+          Effect.map((failed) => {
+            const code = Option.getOrElse(first, () => 0 as const)
+            return failed && code === 0 ? 1 : code
+          }),
         ),
     })
   }))

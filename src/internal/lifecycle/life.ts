@@ -218,6 +218,19 @@ export const SkipGrace = Context.Reference<Effect.Effect<void>>("@async-task/wor
   defaultValue: () => Effect.never,
 })
 
+/**
+ * What a worker's life inside an app (`Lifecycle.make`, under `Worker.layer`) tells whoever runs
+ * the app as the process (`Worker.launch`): that consuming has ended, drained (with the error, if
+ * it failed: a job's end or `worker.stop()` is none), and that a shutdown hook failed or ran out of
+ * time. By default nobody listens: an app that composes the layer itself decides.
+ */
+export const LifeReports = Context.Reference<{
+  readonly ended: (error: Option.Option<ConsumingError>) => Effect.Effect<void>
+  readonly hooksFailed: Effect.Effect<void>
+}>("@async-task/worker/LifeReports", {
+  defaultValue: () => ({ ended: () => Effect.void, hooksFailed: Effect.void }),
+})
+
 /** The share of {@link shutdownBound} left to the transport's close, after the drain and hooks. */
 const CLOSE_SHARE = Duration.seconds(5)
 
@@ -256,6 +269,11 @@ const shutdown = <A, I, O, R>(
           Effect.logError(`The shutdown did not end within ${Duration.format(bound)}`),
         ),
     }),
+  ).pipe(
+    Effect.andThen(Ref.get(life.hooksClean)),
+    Effect.flatMap((clean) =>
+      clean ? Effect.void : Effect.flatMap(LifeReports, (reports) => reports.hooksFailed)
+    ),
   )
 }
 

@@ -169,8 +169,10 @@ const row = <V, R, A, I>(
       (options.shown ?? ((value) => `\`${value}\``))(spec.default as V),
     config: (defaults) =>
       options.then(
-        options.read(spec.env, options.description ?? spec.meaning).pipe(
-          Config.withDefault(resolve(spec, defaults)),
+        // The default made only when the variable is absent: the host's name asks Deno for a
+        // permission that a set HOSTNAME spares.
+        Config.option(options.read(spec.env, options.description ?? spec.meaning)).pipe(
+          Config.map(Option.getOrElse(() => resolve(spec, defaults))),
         ),
       ),
     given: options.given,

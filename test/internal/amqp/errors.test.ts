@@ -61,13 +61,15 @@ describe("amqplib's errors at the boundary", () => {
     expect(error.message).not.toContain("s3cret-pw")
   })
 
-  it("a connection limit reached (530 too) is retried: other connections closing lift it", () => {
+  it("a connection limit reached or a vhost down (530 too) is retried: time mends them", () => {
     const text =
       "NOT_ALLOWED - access to vhost 'vhost' refused for user 'guest': connection limit (10) is reached"
     for (
       const limit of [
         text,
         "NOT_ALLOWED - connection refused for user 'guest': user connection limit (5) is reached",
+        // And a vhost that is down (its supervisor restarting), which comes back.
+        "NOT_ALLOWED - vhost vhost is down",
       ]
     ) {
       const error = connectError(closed(530, limit), URL)

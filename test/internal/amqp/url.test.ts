@@ -33,11 +33,16 @@ describe("a broker URL, checked before connecting", () => {
       ],
       [
         `http://guest:${PASSWORD}@rabbit.internal/`,
-        "must be an amqp: or amqps: URL, not http: (expected amqp://user:password@host:5672/vhost)",
+        "must be an amqp: or amqps: URL (expected amqp://user:password@host:5672/vhost)",
       ],
       [
         `amqp://guest:${PASSWORD}@/tasks`,
         "does not parse: expected amqp://user:password@host:5672/vhost, with the user, password and vhost percent-encoded and a port from 1 to 65535",
+      ],
+      // No scheme: the user's name reads as one, and is not quoted.
+      [
+        `secretuser:${PASSWORD}@rabbit.internal/tasks`,
+        "must be an amqp: or amqps: URL (expected amqp://user:password@host:5672/vhost)",
       ],
       ["amqp:///tasks", "has no host (expected amqp://user:password@host:5672/vhost)"],
       [`amqp://guest:${PASSWORD}@rabbit.internal:0/tasks`, "has port 0: a port is from 1 to 65535"],

@@ -125,8 +125,12 @@ describe("classify and afterHandler", () => {
       note: { level: "error", error: "MissingService" },
     })
     expect(handlerEnd(verdict)).toBe("other")
-    // Any other defect is the handler's own.
+    // Any other defect is the handler's own, and so is the same words thrown by a plain
+    // function as it was called.
     expect(classify(Exit.die(new Error("Service not found, but not Effect's")))._tag).toBe(
+      "Internal",
+    )
+    expect(classify(Exit.die(new Error("Service not found: payments")), true)._tag).toBe(
       "Internal",
     )
   })
