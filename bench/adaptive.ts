@@ -1,7 +1,7 @@
 /**
  * Adaptive concurrency against the best fixed setting, on the MemoryBroker, in one run.
  *
- *   deno run -A bench/adaptive.ts
+ *   deno run -A bench/adaptive.ts      (or: node bench/adaptive.ts, Node 24)
  *
  * The handler stands for a downstream that slows down past a knee: with `running` tasks in it,
  * a call takes BASE when running ≤ KNEE and BASE × (running / KNEE)² beyond, so the throughput
@@ -11,10 +11,12 @@
  * backoff included): what a user would get.
  *
  * 1. A sweep of fixed concurrencies, RUN each: successes per second; the best one.
- * 2. `Concurrency.adaptive({ min: 1, max: MAX })` for the same RUN: its throughput and ratio to
- *    the best fixed one.
- * 3. The same adaptive worker for LONG: where its target settles against the knee.
+ * 2. Each adaptive policy, `Concurrency.adaptive({ min: 1, max: MAX })` (AIMD, on congestion) and
+ *    `{ by: "latency" }`, for the same RUN: its throughput and ratio to the best fixed one.
+ * 3. The same adaptive workers for LONG: where each target settles against the knee, and the
+ *    handler's mean latency against the knee's (BASE).
  */
+import process from "node:process"
 import { Deferred, Duration, Effect, Fiber, Layer, References, Schema } from "effect"
 import { Concurrency, MemoryBroker, RetryableError, Settings, Worker } from "../src/index.ts"
 
@@ -42,6 +44,8 @@ const downstream = () => {
     running: 0,
     successes: 0,
     refused: 0,
+    /** The latencies of the successful calls, summed: their mean against the knee's. */
+    latencies: 0,
     handler: () =>
       Effect.suspend(() => {
         const took = latency(++calls.running)
@@ -59,7 +63,10 @@ const downstream = () => {
             ),
           )
           : Effect.sleep(took).pipe(
-            Effect.andThen(Effect.sync(() => void calls.successes++)),
+            Effect.andThen(Effect.sync(() => {
+              calls.successes++
+              calls.latencies += took
+            })),
             Effect.as({ ok: true }),
           )
         return Effect.ensuring(answer, Effect.sync(() => void calls.running--))
@@ -84,6 +91,8 @@ interface Sample {
 interface Result {
   readonly rate: number
   readonly refused: number
+  /** The mean latency of the successful calls, ms. */
+  readonly latency: number
   readonly samples: ReadonlyArray<Sample>
 }
 
@@ -122,6 +131,7 @@ const measure = (policy: Concurrency.Policy, ms: number): Effect.Effect<Result, 
       yield* Deferred.succeed(result, {
         rate: calls.successes / seconds,
         refused: calls.refused,
+        latency: calls.latencies / Math.max(1, calls.successes),
         samples,
       })
     }).pipe(
@@ -157,13 +167,54 @@ const stats = (samples: ReadonlyArray<Sample>, from: number, f: (s: Sample) => n
   return { mean, min: Math.min(...values), max: Math.max(...values), near }
 }
 
+const deno = (globalThis as { Deno?: { version: { deno: string } } }).Deno
+const runtime = deno === undefined ? `node ${process.version}` : `deno ${deno.version.deno}`
+const round = (n: number) => Math.round(n).toLocaleString("en-US")
+
+/** `policy` for RUN and for LONG: its rate against the best fixed one, its target, its latency. */
+const adaptiveRuns = (name: string, policy: Concurrency.Adaptive, bestRate: number) =>
+  Effect.gen(function* () {
+    const same = yield* measure(policy, RUN_MS)
+    const settledSame = stats(same.samples, RUN_MS / 3, (s) => s.target)
+    console.log(
+      `${name}: ${round(same.rate)} tasks/s in ${
+        RUN_MS / 1000
+      } s (${same.refused} refused), ratio ${
+        (same.rate / bestRate).toFixed(2)
+      } of the best fixed; target after ${RUN_MS / 3000} s: mean ${
+        settledSame.mean.toFixed(1)
+      } (${settledSame.min}–${settledSame.max})`,
+    )
+    const long = yield* measure(policy, LONG_MS)
+    const target = stats(long.samples, LONG_MS / 2, (s) => s.target)
+    const inFlight = stats(long.samples, LONG_MS / 2, (s) => s.running)
+    const trace = long.samples.filter((_, i) => i % 25 === 0).map((s) => s.target).join(" ")
+    console.log(
+      `${name}, ${LONG_MS / 1000} s: ${round(long.rate)} tasks/s (${long.refused} refused), ratio ${
+        (long.rate / bestRate).toFixed(2)
+      }; mean latency ${long.latency.toFixed(1)} ms (the knee's: ${BASE_MS} ms)`,
+    )
+    console.log(
+      `  target over the last ${LONG_MS / 2000} s: mean ${
+        target.mean.toFixed(1)
+      } (${target.min}–${target.max}) vs knee ${KNEE}; ${
+        Math.round(target.near * 100)
+      }% of the time within ±25% of the knee`,
+    )
+    console.log(
+      `  downstream running over the last ${LONG_MS / 2000} s: mean ${
+        inFlight.mean.toFixed(1)
+      } (${inFlight.min}–${inFlight.max})`,
+    )
+    console.log(`  target every 0.5 s: ${trace}`)
+  })
+
 const main = Effect.gen(function* () {
-  const round = (n: number) => Math.round(n).toLocaleString("en-US")
   const ideal = (KNEE / BASE_MS) * 1000
   console.log(
     `downstream: ${BASE_MS} ms up to ${KNEE} running, ×(running/${KNEE})² beyond, refused past ${
       LIMIT * BASE_MS
-    } ms (congestion); ideal ${round(ideal)}/s at ${KNEE}. ${Deno.build.os} ${Deno.version.deno}`,
+    } ms (congestion); ideal ${round(ideal)}/s at ${KNEE}. ${process.platform} ${runtime}`,
   )
   yield* measure(KNEE, 500) // warm-up: JIT the engine's paths
 
@@ -177,41 +228,14 @@ const main = Effect.gen(function* () {
   console.log(`fixed sweep, ${RUN_MS / 1000} s each: ${sweep.join(", ")}`)
   console.log(`best fixed:  concurrency ${best.concurrency}, ${round(best.rate)} tasks/s`)
 
-  const policy = Concurrency.adaptive({ min: 1, max: MAX })
-  const same = yield* measure(policy, RUN_MS)
-  const settledSame = stats(same.samples, RUN_MS / 3, (s) => s.target)
-  console.log(
-    `adaptive:    ${round(same.rate)} tasks/s in ${
-      RUN_MS / 1000
-    } s (${same.refused} refused), ratio ${
-      (same.rate / best.rate).toFixed(2)
-    } of the best fixed; target after ${RUN_MS / 3000} s: mean ${
-      settledSame.mean.toFixed(1)
-    } (${settledSame.min}–${settledSame.max})`,
-  )
-
-  const long = yield* measure(policy, LONG_MS)
-  const target = stats(long.samples, LONG_MS / 2, (s) => s.target)
-  const inFlight = stats(long.samples, LONG_MS / 2, (s) => s.running)
-  const trace = long.samples.filter((_, i) => i % 25 === 0).map((s) => s.target).join(" ")
-  console.log(
-    `adaptive, ${LONG_MS / 1000} s: ${round(long.rate)} tasks/s (${long.refused} refused), ratio ${
-      (long.rate / best.rate).toFixed(2)
-    }`,
-  )
-  console.log(
-    `  target over the last ${LONG_MS / 2000} s: mean ${
-      target.mean.toFixed(1)
-    } (${target.min}–${target.max}) vs knee ${KNEE}; ${
-      Math.round(target.near * 100)
-    }% of the time within ±25% of the knee`,
-  )
-  console.log(
-    `  downstream running over the last ${LONG_MS / 2000} s: mean ${
-      inFlight.mean.toFixed(1)
-    } (${inFlight.min}–${inFlight.max})`,
-  )
-  console.log(`  target every 0.5 s: ${trace}`)
+  for (
+    const [name, policy] of [
+      ["AIMD", Concurrency.adaptive({ min: 1, max: MAX })],
+      ["latency", Concurrency.adaptive({ min: 1, max: MAX, by: "latency" })],
+    ] as const
+  ) {
+    yield* adaptiveRuns(name, policy, best.rate)
+  }
   if (hung > 0) {
     console.log(
       `WARNING: ${hung} worker(s) did not close within ${
@@ -224,4 +248,4 @@ const main = Effect.gen(function* () {
 await Effect.runPromise(main.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))
 
 // Workers that did not close (see the warning) would keep the process alive.
-if (hung > 0) Deno.exit(1)
+if (hung > 0) process.exit(1)

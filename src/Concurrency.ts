@@ -8,6 +8,7 @@
  */
 import { Effect, Metric } from "effect"
 import { ConcurrencyError } from "./WorkerError.ts"
+import { LatencyLimit } from "./internal/delivery/latency.ts"
 import { Slots } from "./internal/delivery/slots.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
@@ -44,10 +45,24 @@ export const validate = (n: unknown): Effect.Effect<number, ConcurrencyError> =>
 export const DEFAULT_DECREASE = 0.75
 
 /**
- * Adaptive concurrency: after `window` successes in a row (default: the current target) the
- * target grows by one; a task that ends with `RetryableError({ congestion: true })` (or a time
- * out, with `decreaseOnTimeout`) multiplies it by `decrease` (default {@link DEFAULT_DECREASE}).
- * Never below `min` nor above `max`; running tasks are never cancelled.
+ * The default latency tolerance of `by: "latency"`: a round of tasks within 10% of the best
+ * recent round's latency is no queue. In `bench/adaptive.ts` it settles at the knee and one
+ * above; a handler whose latency varies more than that at rest needs more.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const DEFAULT_TOLERANCE = 0.1
+
+/**
+ * Adaptive concurrency. `by: "congestion"` (the default, AIMD): after `window` successes in a
+ * row (default: the current target) the target grows by one. `by: "latency"`: the target grows
+ * by one while the handler's latency, averaged over rounds of tasks, holds within `tolerance`
+ * (default {@link DEFAULT_TOLERANCE}) of its best recent round, and falls in proportion to the
+ * excess when a queue shows (see `internal/delivery/latency.ts`): no error needed. Either way,
+ * a task that ends with `RetryableError({ congestion: true })` (or a time out, with
+ * `decreaseOnTimeout`) multiplies it by `decrease` (default {@link DEFAULT_DECREASE}). Never
+ * below `min` nor above `max`; running tasks are never cancelled.
  *
  * @since 0.1.0
  * @category models
@@ -57,7 +72,9 @@ export interface Adaptive {
   readonly min: number
   readonly max: number
   readonly initial: number
+  readonly by: "congestion" | "latency"
   readonly window: number | undefined
+  readonly tolerance: number
   readonly decrease: number
   readonly decreaseOnTimeout: boolean
 }
@@ -94,7 +111,9 @@ export const adaptive = (options: {
   readonly min: number
   readonly max: number
   readonly initial?: number | undefined
+  readonly by?: "congestion" | "latency" | undefined
   readonly window?: number | undefined
+  readonly tolerance?: number | undefined
   readonly decrease?: number | undefined
   readonly decreaseOnTimeout?: boolean | undefined
 }): Adaptive => {
@@ -111,12 +130,18 @@ export const adaptive = (options: {
   if (options.window !== undefined && !(Number.isInteger(options.window) && options.window >= 1)) {
     throw new ConcurrencyError({ value: { window: options.window } })
   }
+  const by = options.by ?? "congestion"
+  if (by !== "congestion" && by !== "latency") throw new ConcurrencyError({ value: { by } })
+  const tolerance = options.tolerance ?? DEFAULT_TOLERANCE
+  if (!(tolerance > 0 && tolerance <= 10)) throw new ConcurrencyError({ value: { tolerance } })
   return {
     _tag: "Adaptive",
     min,
     max,
     initial,
+    by,
     window: options.window,
+    tolerance,
     decrease,
     decreaseOnTimeout: options.decreaseOnTimeout ?? false,
   }
@@ -167,11 +192,16 @@ export interface Limiter {
   /** Completes when {@link Limiter.tryAcquire} may succeed (another taker may come first). */
   readonly awaitSlot: Effect.Effect<void>
   /**
-   * Gives the slot back now, saying how the handler ended (the adaptive policy's feedback), and
-   * returns the change of target that feedback calls for, to run; `undefined` when there is
-   * none. Synchronous, as {@link Limiter.tryAcquire} is: every task gives its slot back.
+   * Gives the slot back now, saying how the handler ended and how long it ran in ms (the
+   * adaptive policy's feedback), and returns the change of target that feedback calls for, to
+   * run; `undefined` when there is none. Synchronous, as {@link Limiter.tryAcquire} is: every
+   * task gives its slot back.
    */
-  readonly release: (ticket: number, ended: HandlerEnd) => Effect.Effect<void> | undefined
+  readonly release: (
+    ticket: number,
+    ended: HandlerEnd,
+    millis?: number | undefined,
+  ) => Effect.Effect<void> | undefined
   /** Sets the target (a non-zero one clamped to an adaptive policy's bounds); running tasks go on. */
   readonly setTarget: (n: number) => Effect.Effect<void>
   /** Runs `listener` with each new target, whoever changed it (to follow with the prefetch). */
@@ -203,16 +233,23 @@ export const makeLimiter = (
     const own = new Slots(target)
     const listeners: Array<(target: number) => Effect.Effect<void>> = []
     // Adaptive state: successes in a row, and the ticket before which a congestion signal is
-    // an echo of a decrease already made (those tasks started before it).
+    // an echo of a decrease already made (those tasks started before it); the latency policy's
+    // rounds, and the ticket before which a latency measured another target.
     let tickets = 0
     let successes = 0
     let decreasedAt = 0
+    let changedAt = 0
+    const latency = adaptivePolicy?.by === "latency"
+      ? new LatencyLimit(adaptivePolicy.tolerance)
+      : undefined
 
     // The gauge moves in the same step as the target, in the registry of the fiber that moves it.
     const apply = (n: number) =>
       Effect.withFiber(({ context }) => {
         if (n === target) return Effect.void
         target = n
+        changedAt = tickets
+        latency?.restart()
         if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.updateUnsafe(n, context)
         own.resize(n)
         return Effect.forEach(listeners, (listener) => listener(n), { discard: true })
@@ -221,27 +258,40 @@ export const makeLimiter = (
       yield* Metric.update(WorkerMetrics.concurrencyTarget, target)
     }
 
-    const feedback = (ticket: number, ended: HandlerEnd): Effect.Effect<void> | undefined => {
+    const feedback = (
+      ticket: number,
+      ended: HandlerEnd,
+      millis: number | undefined,
+      busy: boolean,
+    ): Effect.Effect<void> | undefined => {
       if (adaptivePolicy === undefined) return undefined
       const congested = ended === "congestion" ||
         (adaptivePolicy.decreaseOnTimeout && ended === "timeout")
       if (congested) {
         successes = 0
+        latency?.congested()
         if (ticket <= decreasedAt) return undefined
         decreasedAt = tickets
         return apply(clamp(Math.floor(target * adaptivePolicy.decrease)))
       }
       if (ended !== "success") return undefined
+      if (latency !== undefined) {
+        if (millis === undefined || ticket <= changedAt) return undefined
+        const next = latency.sample(millis, target, busy)
+        return next === undefined || clamp(next) === target ? undefined : apply(clamp(next))
+      }
       successes += 1
       if (successes < (adaptivePolicy.window ?? target)) return undefined
       successes = 0
       return apply(clamp(target + 1))
     }
 
-    const giveBack = (ticket: number, ended: HandlerEnd) => {
+    const giveBack = (ticket: number, ended: HandlerEnd, millis?: number) => {
+      // Busy: using half its target or more, this task included.
+      const busy = 2 * (target - own.free) >= target
       pooled?.slots.release(weight)
       own.release()
-      return feedback(ticket, ended)
+      return feedback(ticket, ended, millis, busy)
     }
 
     return {

@@ -202,6 +202,9 @@ describe("Concurrency", () => {
         () => Concurrency.adaptive({ min: 1, max: 2 ** 31 }),
         () => Concurrency.adaptive({ min: 1, max: 4, decrease: 1 }),
         () => Concurrency.adaptive({ min: 1, max: 4, window: 0 }),
+        () => Concurrency.adaptive({ min: 1, max: 4, by: "latency", tolerance: 0 }),
+        () => Concurrency.adaptive({ min: 1, max: 4, by: "latency", tolerance: Number.NaN }),
+        () => Concurrency.adaptive({ min: 1, max: 4, by: "queue" as "latency" }),
         () => Concurrency.pool({ capacity: 0 }),
         () => Concurrency.pool({ capacity: 2.5 }),
       ]
@@ -610,6 +613,63 @@ describe("Concurrency", () => {
         }).pipe(Effect.scoped, Effect.provide(environment(worker)))
       })
     }
+  })
+
+  describe("adaptive by latency", () => {
+    const policy = Concurrency.adaptive({ min: 1, max: 64, initial: 8, by: "latency" })
+
+    /** A round of the target's tasks, each taken and given back with `millis`. */
+    const round = (limiter: Concurrency.Limiter, millis: number) =>
+      Effect.gen(function* () {
+        const target = limiter.target()
+        const tickets = Array.from({ length: target }, () => limiter.tryAcquire()!)
+        for (const ticket of tickets) {
+          const change = limiter.release(ticket, "success", millis)
+          if (change !== undefined) yield* change
+        }
+        return limiter.target()
+      })
+
+    it.effect("grows while the latency holds, and falls once a queue shows, with no error", () =>
+      Effect.gen(function* () {
+        const limiter = yield* Concurrency.makeLimiter(policy, 8)
+        // Up by half until a queue shows, then one a round.
+        expect(yield* round(limiter, 20)).toBe(12)
+        expect(yield* round(limiter, 21)).toBe(18)
+        // 1.25 × the best: a queue, cut in proportion (18 × 1.1 / 1.25).
+        expect(yield* round(limiter, 25)).toBe(15)
+        expect(yield* round(limiter, 20)).toBe(16)
+        expect(policy.tolerance).toBe(Concurrency.DEFAULT_TOLERANCE)
+      }))
+
+    it.effect("latencies of tasks started before a change of target are not counted", () =>
+      Effect.gen(function* () {
+        const limiter = yield* Concurrency.makeLimiter(policy, 8)
+        const early = limiter.tryAcquire()!
+        yield* limiter.setTarget(9)
+        // Measured under the old target, however slow: ignored.
+        expect(limiter.release(early, "success", 1_000)).toBeUndefined()
+        expect(yield* round(limiter, 20)).toBe(14)
+      }))
+
+    it.effect("an idle worker's rounds hold the target: they say nothing of more", () =>
+      Effect.gen(function* () {
+        const limiter = yield* Concurrency.makeLimiter(policy, 8)
+        // One task at a time, never more than one slot of eight in use.
+        for (let i = 0; i < 8; i++) {
+          const change = limiter.release(limiter.tryAcquire()!, "success", 20)
+          if (change !== undefined) yield* change
+        }
+        expect(limiter.target()).toBe(8)
+      }))
+
+    it.effect("a congestion signal still decreases it", () =>
+      Effect.gen(function* () {
+        const limiter = yield* Concurrency.makeLimiter(policy, 8)
+        const ticket = limiter.tryAcquire()!
+        yield* limiter.release(ticket, "congestion")!
+        expect(limiter.target()).toBe(6)
+      }))
   })
 
   describe("pools", () => {

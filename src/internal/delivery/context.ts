@@ -51,8 +51,9 @@ export interface InHand {
   task: TaskRef | undefined
   /** The limiter's ticket of the slot it holds, while it holds one. */
   ticket: number | undefined
-  /** How the handler ended, for the adaptive policy. */
+  /** How the handler ended, and how long it ran (ms), for the adaptive policy. */
   end: "success" | "congestion" | "timeout" | "other" | undefined
+  took: number | undefined
   /** An `async` handler's Promise still pending after the engine stopped it. */
   runaway: Promise<unknown> | undefined
 }

@@ -58,7 +58,7 @@ const warnRedeliveries = <A, O, R>(
 /** Gives the slot back, with how the handler ended, and runs the change of target it calls for. */
 function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<void> {
   if (it.ticket === undefined) return
-  const adjust = ctx.limiter.release(it.ticket, it.end ?? "other")
+  const adjust = ctx.limiter.release(it.ticket, it.end ?? "other", it.took)
   it.ticket = undefined
   if (adjust !== undefined) yield* Effect.exit(adjust)
 }
@@ -140,10 +140,8 @@ function* runTask<A, O, R>(
   if (started !== undefined) return started
   const startedAt = ctx.clock.currentTimeMillisUnsafe()
   const verdict = yield* runHandler(ctx, it, task, envelope, input, taskScope)
-  WorkerMetrics.taskDuration.updateUnsafe(
-    (ctx.clock.currentTimeMillisUnsafe() - startedAt) / 1000,
-    it.df.fiber.context,
-  )
+  it.took = ctx.clock.currentTimeMillisUnsafe() - startedAt
+  WorkerMetrics.taskDuration.updateUnsafe(it.took / 1000, it.df.fiber.context)
   it.end = handlerEnd(verdict)
   if (verdict._tag === "MissingService") yield* halt(ctx, verdict.service)
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
@@ -236,6 +234,7 @@ export function* deliver<A, O, R>(
     task: undefined,
     ticket: undefined,
     end: undefined,
+    took: undefined,
     runaway: undefined,
   }
   let decision: Decision.Decision
