@@ -247,8 +247,10 @@ export const makeLimiter = (
     const apply = (n: number) =>
       Effect.withFiber(({ context }) => {
         if (n === target) return Effect.void
+        // A latency measures the new target once its slots have filled: the tasks that fill the
+        // slots a raise adds start beside fewer than it allows.
+        changedAt = tickets + Math.max(0, n - target)
         target = n
-        changedAt = tickets
         latency?.restart()
         if (adaptivePolicy !== undefined) WorkerMetrics.concurrencyTarget.updateUnsafe(n, context)
         own.resize(n)

@@ -618,15 +618,26 @@ describe("Concurrency", () => {
   describe("adaptive by latency", () => {
     const policy = Concurrency.adaptive({ min: 1, max: 64, initial: 8, by: "latency" })
 
-    /** A round of the target's tasks, each taken and given back with `millis`. */
+    /**
+     * Tasks of `millis` with a backlog, every slot kept busy, until the target changes (or four
+     * rounds' worth pass); the tasks still running then end without feedback.
+     */
     const round = (limiter: Concurrency.Limiter, millis: number) =>
       Effect.gen(function* () {
         const target = limiter.target()
-        const tickets = Array.from({ length: target }, () => limiter.tryAcquire()!)
-        for (const ticket of tickets) {
-          const change = limiter.release(ticket, "success", millis)
-          if (change !== undefined) yield* change
+        const running: Array<number> = []
+        const fill = () => {
+          for (let t = limiter.tryAcquire(); t !== undefined; t = limiter.tryAcquire()) {
+            running.push(t)
+          }
         }
+        fill()
+        for (let i = 0; i < 4 * target && limiter.target() === target; i++) {
+          const change = limiter.release(running.shift()!, "success", millis)
+          if (change !== undefined) yield* change
+          fill()
+        }
+        for (const ticket of running) limiter.release(ticket, "other")
         return limiter.target()
       })
 
