@@ -289,8 +289,8 @@ export const makeLimiter = (
     }
 
     const giveBack = (ticket: number, ended: HandlerEnd, millis?: number) => {
-      // Busy: using half its target or more, this task included.
-      const busy = 2 * (target - own.free) >= target
+      // Busy: using half its target or more, this task included (the latency policy's question).
+      const busy = latency !== undefined && 2 * (target - own.free) >= target
       pooled?.slots.release(weight)
       own.release()
       return feedback(ticket, ended, millis, busy)

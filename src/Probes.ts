@@ -32,8 +32,6 @@
 import type { Cause, Option, Scope } from "effect"
 import { Context, Duration, Effect, Layer } from "effect"
 import * as HttpRouter from "effect/http/HttpRouter"
-import type * as HttpServerRequest from "effect/http/HttpServerRequest"
-import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as readinessInternal from "./internal/probes/readiness.ts"
 import * as routesInternal from "./internal/probes/routes.ts"
 import * as server from "./internal/probes/server.ts"
@@ -249,17 +247,7 @@ export const routes: (
  * @since 0.2.0
  * @category routes
  */
-export const httpEffect: (
-  options: ProbeRoutesOptions,
-) => Effect.Effect<
-  Effect.Effect<
-    HttpServerResponse.HttpServerResponse,
-    never,
-    HttpServerRequest.HttpServerRequest | Scope.Scope
-  >,
-  never,
-  Scope.Scope
-> = routesInternal.httpEffect
+export const httpEffect: typeof routesInternal.httpEffect = routesInternal.httpEffect
 
 /**
  * Starts the probe server, serving `httpEffect` over `node:http` within the bounds above; it stops

@@ -291,11 +291,15 @@ export const encodeMessageText = (
  * @category codecs
  */
 export const encodeMessage = (message: OutboundMessage): Uint8Array =>
-  Result.match(encodeMessageText(message), {
+  bytesOrThrow(encodeMessageText(message))
+
+/** The UTF-8 bytes of an encoded text, or its error thrown. */
+const bytesOrThrow = (text: Result.Result<string, MessageEncodeError>): Uint8Array =>
+  Result.match(text, {
     onFailure: (error) => {
       throw error
     },
-    onSuccess: (text) => encodeUtf8(text),
+    onSuccess: encodeUtf8,
   })
 
 /**
@@ -326,8 +330,8 @@ export const encodeSubmissionText = (
   submission: Submission,
 ): Result.Result<string, MessageEncodeError> => {
   const { taskId, clientId, inputRefs } = submission
-  const length = typeof taskId === "string" ? [...taskId].length : 0
-  if (length < 1 || length > MAX_TASK_ID_LENGTH) {
+  // The worker's own reading of a task id, so that what this makes is what it takes.
+  if (!isTaskId(taskId)) {
     return Result.fail(
       new MessageEncodeError({
         message: `the task id is not a string of 1 to ${MAX_TASK_ID_LENGTH} characters`,
@@ -362,12 +366,7 @@ export const encodeSubmissionText = (
  * @category codecs
  */
 export const encodeSubmission = (submission: Submission): Uint8Array =>
-  Result.match(encodeSubmissionText(submission), {
-    onFailure: (error) => {
-      throw error
-    },
-    onSuccess: (text) => encodeUtf8(text),
-  })
+  bytesOrThrow(encodeSubmissionText(submission))
 
 /**
  * A message as the platform's listener reads it back (what the harness returns).

@@ -140,15 +140,30 @@ const environment = (vars: Record<string, string> = {}) =>
     }),
   )
 
-/** A transport on `broker`, configured by the worker's settings, as `options.transport`. */
+/**
+ * A transport on `broker`, configured by the worker's settings, as `options.transport`; `change`
+ * alters what it does.
+ */
 const memoryTransport = (
   broker: MemoryBroker.MemoryBroker["Service"],
+  change: (inner: Transport["Service"]) => Transport["Service"] = (inner) => inner,
 ): Layer.Layer<Transport, never, Settings.Settings> =>
   Layer.effect(
     Transport,
     Effect.flatMap(Settings.Settings, (s) =>
-      broker.transport({ inQueue: s.inQueue, outQueue: s.outQueue, capacity: s.concurrency })),
+      Effect.map(
+        broker.transport({ inQueue: s.inQueue, outQueue: s.outQueue, capacity: s.concurrency }),
+        change,
+      )),
   )
+
+/** A transport whose intake fails with `error` once `broken` completes. */
+const breaksOn =
+  (broken: Deferred.Deferred<void>, error: TransportError) =>
+  (inner: Transport["Service"]): Transport["Service"] => ({
+    ...inner,
+    take: Effect.andThen(Deferred.await(broken), Effect.fail(error)),
+  })
 
 /**
  * Lets the process act on what the test just did until it waits again. Effect 4's
@@ -671,23 +686,9 @@ describe("Lifecycle", () => {
         const broken = yield* Deferred.make<void>()
         const w = yield* launch(sleeper(newSeen()), {
           transport: (broker) =>
-            Layer.effect(
-              Transport,
-              Effect.gen(function* () {
-                const s = yield* Settings.Settings
-                const inner = yield* broker.transport({
-                  inQueue: s.inQueue,
-                  outQueue: s.outQueue,
-                  capacity: s.concurrency,
-                })
-                return Transport.of({
-                  ...inner,
-                  take: Effect.andThen(
-                    Deferred.await(broken),
-                    Effect.fail(new TransportError({ reason: "closed", message: "Gone." })),
-                  ),
-                })
-              }),
+            memoryTransport(
+              broker,
+              breaksOn(broken, new TransportError({ reason: "closed", message: "Gone." })),
             ),
         })
         yield* w.started
@@ -1142,21 +1143,7 @@ describe("Lifecycle", () => {
         const gone = new TransportError({ reason: "closed", message: "Gone." })
         const logs = captureLogs()
         const started = yield* Lifecycle.make(sleeper(newSeen()), {
-          transport: Layer.effect(
-            Transport,
-            Effect.gen(function* () {
-              const s = yield* Settings.Settings
-              const inner = yield* broker.transport({
-                inQueue: s.inQueue,
-                outQueue: s.outQueue,
-                capacity: s.concurrency,
-              })
-              return Transport.of({
-                ...inner,
-                take: Effect.andThen(Deferred.await(broken), Effect.fail(gone)),
-              })
-            }),
-          ),
+          transport: memoryTransport(broker, breaksOn(broken, gone)),
         }).pipe(environment(), Effect.provide(logs.layer))
         yield* Deferred.succeed(broken, undefined)
         yield* waitUntil(

@@ -13,7 +13,6 @@ import {
   Fiber,
   Layer,
   Option,
-  Ref,
   Scope,
 } from "effect"
 import type { ConsumingError } from "../../Lifecycle.ts"
@@ -28,7 +27,7 @@ import {
 import { errorKind, errorMessage } from "../describe.ts"
 import { readTable } from "../settings/row.ts"
 import { table } from "../settings/table.ts"
-import { LifeReports, shutdownBound } from "./life.ts"
+import { shutdownBound } from "./life.ts"
 import { untilStopped } from "./process.ts"
 
 /** The grace's row takes nothing from a worker's definition. */
@@ -100,23 +99,9 @@ export const launch = <ROut, E>(
   Effect.scoped(Effect.gen(function* () {
     const appScope = yield* Scope.make()
     const ended = yield* Deferred.make<ExitCode>()
-    const hooksFailed = yield* Ref.make(false)
-    // The first worker whose life ends (a job done, `worker.stop()`, a failure) ends the app.
-    const reports = {
-      ended: (error: Option.Option<ConsumingError>) =>
-        Effect.asVoid(Deferred.succeed(
-          ended,
-          Option.match(error, {
-            onNone: () => 0 as const,
-            onSome: consumingExitCode,
-          }),
-        )),
-      hooksFailed: Ref.set(hooksFailed, true),
-    }
     return yield* untilStopped({
       start: Layer.buildWithScope(app, appScope).pipe(
         Effect.andThen(Deferred.await(ended)),
-        Effect.provideService(LifeReports, reports),
         Effect.catch(startFailure),
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : defectCode(cause)
@@ -124,14 +109,12 @@ export const launch = <ROut, E>(
       ),
       stop,
       bound: shutdownBound(yield* graceOf(shutdownGrace)),
-      close: (main, first) =>
-        Fiber.interrupt(main).pipe(
-          Effect.andThen(Scope.close(appScope, Exit.void)),
-          Effect.andThen(Ref.get(hooksFailed)),
-          Effect.map((failed) => {
-            const code = Option.getOrElse(first, () => 0 as const)
-            return failed && code === 0 ? 1 : code
-          }),
-        ),
+      close: (main) => Effect.andThen(Fiber.interrupt(main), Scope.close(appScope, Exit.void)),
+      // The first worker whose life ends (a job done, `worker.stop()`, a failure) ends the app.
+      ended: (error) =>
+        Effect.asVoid(Deferred.succeed(
+          ended,
+          Option.match(error, { onNone: () => 0 as const, onSome: consumingExitCode }),
+        )),
     })
   }))

@@ -47,8 +47,6 @@ export interface Life<A, I, O, R> extends Observed<R> {
   /** The worker as its program runs it: its handler calls watched. */
   readonly watched: Worker<A, I, O, R>
   readonly probes: Probes.ProbeServerOptions
-  /** Whether the shutdown hooks have all ended in time, once they have run. */
-  readonly hooksClean: Ref.Ref<boolean>
   /** Where the transport consumes, as the log names it: the broker's URL without its password. */
   readonly broker: Ref.Ref<string>
 }
@@ -149,7 +147,6 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
       worker,
       watched,
       probes,
-      hooksClean: yield* Ref.make(true),
       broker: yield* Ref.make("the transport given"),
     }
     return Context.make(CurrentLife, life).pipe(Context.add(Probes.WorkerProbes, probes))
@@ -219,10 +216,11 @@ export const SkipGrace = Context.Reference<Effect.Effect<void>>("@async-task/wor
 })
 
 /**
- * What a worker's life inside an app (`Lifecycle.make`, under `Worker.layer`) tells whoever runs
- * the app as the process (`Worker.launch`): that consuming has ended, drained (with the error, if
- * it failed: a job's end or `worker.stop()` is none), and that a shutdown hook failed or ran out of
- * time. By default nobody listens: an app that composes the layer itself decides.
+ * What a worker's life tells whoever runs it as the process (`untilStopped`: `Worker.run`, the
+ * CLI, `Worker.launch`): that a shutdown hook failed or ran out of time (the exit is then 1), and,
+ * inside an app (`Lifecycle.make`, under `Worker.layer`), that consuming has ended, drained (with
+ * the error, if it failed: a job's end or `worker.stop()` is none). By default nobody listens: an
+ * app that composes the layer itself decides.
  */
 export const LifeReports = Context.Reference<{
   readonly ended: (error: Option.Option<ConsumingError>) => Effect.Effect<void>
@@ -253,28 +251,15 @@ const shutdown = <A, I, O, R>(
   const steps = Effect.gen(function* () {
     yield* beginDraining(life)
     yield* running.drain({ skipGrace: yield* SkipGrace })
-    const clean = yield* runShutdownHooks(
-      life.worker.onShutdown,
-      life.settings.shutdownHooksTimeout,
-    )
-    yield* Ref.set(life.hooksClean, clean)
+    return yield* runShutdownHooks(life.worker.onShutdown, life.settings.shutdownHooksTimeout)
   })
-  return Effect.flatMap(
-    timeoutDetached(steps, bound),
-    Option.match({
-      onSome: () => Effect.void,
-      onNone: () =>
-        Effect.andThen(
-          Ref.set(life.hooksClean, false),
-          Effect.logError(`The shutdown did not end within ${Duration.format(bound)}`),
-        ),
-    }),
-  ).pipe(
-    Effect.andThen(Ref.get(life.hooksClean)),
-    Effect.flatMap((clean) =>
-      clean ? Effect.void : Effect.flatMap(LifeReports, (reports) => reports.hooksFailed)
-    ),
-  )
+  return Effect.gen(function* () {
+    const clean = yield* timeoutDetached(steps, bound)
+    if (Option.isNone(clean)) {
+      yield* Effect.logError(`The shutdown did not end within ${Duration.format(bound)}`)
+    }
+    if (!Option.getOrElse(clean, () => false)) yield* (yield* LifeReports).hooksFailed
+  })
 }
 
 /** Completes once the transport is connected; fails at once if the worker fails first. */

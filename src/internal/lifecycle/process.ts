@@ -124,14 +124,13 @@ const exitCodeOf = (
 /**
  * The end of the process's life: a startup still under way is cancelled, the life's scope closed
  * (the drain, the shutdown hooks, the transport, the probe server), and handlers that ignored
- * their signal waited for; the exit code, 1 if a shutdown hook failed.
+ * their signal waited for.
  */
 const closeLife = (
   main: Fiber.Fiber<ExitCode>,
   lifeScope: Scope.Closeable,
   life: Ref.Ref<Option.Option<Life.Life<any, any, any, any>>>,
-  first: Option.Option<ExitCode>,
-): Effect.Effect<ExitCode> =>
+): Effect.Effect<void> =>
   Effect.gen(function* () {
     yield* Fiber.interrupt(main)
     yield* Scope.close(lifeScope, Exit.void)
@@ -145,32 +144,36 @@ const closeLife = (
     if (pending.length > 0) {
       yield* Effect.promise(() => Promise.allSettled(pending.map((call) => call.promise)))
     }
-    const code: ExitCode = Option.getOrElse(first, () => 0 as const)
-    const clean = Option.isNone(built) || (yield* Ref.get(built.value.hooksClean))
-    return clean ? code : (code === 0 ? 1 : code)
   })
 
 /**
  * A life as the process, until it ends or is stopped: `start` forked, with the second stop (a
- * signal after the first) as the end of the drain's grace ({@link Life.SkipGrace}); held until
- * `start` ends (its exit code), the first stop (said) or `stop`; then `close`, given `start`'s
- * fiber and its exit code if it ended, bounded from outside by `bound` with a bound that does
- * not wait for what it cuts short (`timeoutDetached`): 1 past it, or if the close fails.
+ * signal after the first) as the end of the drain's grace ({@link Life.SkipGrace}) and the
+ * lives' reports ({@link Life.LifeReports}: `ended` given on); held until `start` ends (its exit
+ * code), the first stop (said) or `stop`; then `close`, given `start`'s fiber, bounded from
+ * outside by `bound` with a bound that does not wait for what it cuts short
+ * (`timeoutDetached`). The exit code is `start`'s, or 0 when a stop came first; 1 if a shutdown
+ * hook failed, past the bound, or if the close fails.
  */
 export const untilStopped = <R>(options: {
   readonly start: Effect.Effect<ExitCode, never, R>
   readonly stop: Effect.Effect<void>
   readonly bound: Duration.Duration
-  readonly close: (
-    main: Fiber.Fiber<ExitCode>,
-    first: Option.Option<ExitCode>,
-  ) => Effect.Effect<ExitCode>
+  readonly close: (main: Fiber.Fiber<ExitCode>) => Effect.Effect<void>
+  readonly ended?: ((error: Option.Option<ConsumingError>) => Effect.Effect<void>) | undefined
 }): Effect.Effect<ExitCode, never, R | Process | Scope.Scope> =>
   Effect.gen(function* () {
     const signals = yield* (yield* Process).signals
     const second = yield* Deferred.make<void>()
+    const hooksFailed = yield* Ref.make(false)
     const main = yield* Effect.forkChild(
-      Effect.provideService(options.start, Life.SkipGrace, Deferred.await(second)),
+      options.start.pipe(
+        Effect.provideService(Life.SkipGrace, Deferred.await(second)),
+        Effect.provideService(Life.LifeReports, {
+          ended: options.ended ?? (() => Effect.void),
+          hooksFailed: Ref.set(hooksFailed, true),
+        }),
+      ),
     )
     const first = yield* Effect.raceAll([
       Fiber.join(main).pipe(Effect.map(Option.some)),
@@ -188,7 +191,13 @@ export const untilStopped = <R>(options: {
         Effect.andThen(Deferred.succeed(second, undefined)),
       ),
     )
-    return yield* timeoutDetached(options.close(main, first), options.bound).pipe(
+    const closed = Effect.andThen(options.close(main), Ref.get(hooksFailed)).pipe(
+      Effect.map((failed): ExitCode => {
+        const code = Option.getOrElse(first, () => 0 as const)
+        return failed && code === 0 ? 1 : code
+      }),
+    )
+    return yield* timeoutDetached(closed, options.bound).pipe(
       Effect.flatMap(Option.match({
         onSome: Effect.succeed,
         onNone: () =>
@@ -236,6 +245,6 @@ export const live = <A, I, O, R>(
       ),
       stop: options.stop ?? Effect.never,
       bound: Life.shutdownBound(settings.shutdownGrace),
-      close: (main, first) => closeLife(main, lifeScope, built, first),
+      close: (main) => closeLife(main, lifeScope, built),
     })
   })
