@@ -104,6 +104,14 @@ const runtimes = {
     bare: [node, ["-e", ""]],
     cli: nodeBundle,
   },
+  "deno-raw": {
+    bare: [deno, ["eval", ""]],
+    cli: [deno, ["run", "-A", "bench/rawJob.ts"]],
+  },
+  "node-raw": {
+    bare: [node, ["-e", ""]],
+    cli: [node, ["bench/rawJob.ts"]],
+  },
 } as const
 
 const start = (command: readonly [string, ReadonlyArray<string>], env: Record<string, string>) =>
@@ -116,6 +124,25 @@ const start = (command: readonly [string, ReadonlyArray<string>], env: Record<st
 const exited = async (child: ChildProcess): Promise<number> => {
   const [code] = await once(child, "exit")
   return code as number
+}
+
+/** When each pattern first showed in the child's output, in ms from `t0`. */
+const linesSeen = <K extends string>(
+  child: ChildProcess,
+  t0: number,
+  patterns: Record<K, RegExp>,
+): Partial<Record<K, number>> => {
+  const seen: Partial<Record<K, number>> = {}
+  let buffered = ""
+  child.stdout!.on("data", (chunk: Uint8Array) => {
+    buffered += new TextDecoder().decode(chunk)
+    for (const key of Object.keys(patterns) as Array<K>) {
+      if (seen[key] === undefined && patterns[key].test(buffered)) {
+        seen[key] = performance.now() - t0
+      }
+    }
+  })
+  return seen
 }
 
 const waitForLine = (child: ChildProcess, pattern: RegExp) =>
@@ -186,12 +213,21 @@ const job = async (runtime: keyof typeof runtimes) => {
     WORKER_MODE: "job",
     WORKER_JOB_MAX_TASKS: "1",
   })
+  const lines = linesSeen(child, t0, {
+    connecting: / connecting to /,
+    started: / started in job mode/,
+  })
   const code = await exited(child)
   const exit = performance.now() - t0
   if (code !== 0) throw new Error(`${runtime}: job exited ${code}`)
   const at = await settled
   await channel.cancel(consumerTag)
-  return { settled: at - t0, exit }
+  return {
+    settled: at - t0,
+    exit,
+    connecting: lines.connecting ?? NaN,
+    started: lines.started ?? NaN,
+  }
 }
 
 const denoRuntime = (globalThis as { Deno?: { version: { deno: string } } }).Deno
@@ -200,18 +236,25 @@ console.log(
     denoRuntime === undefined ? `node ${process.version}` : `deno ${denoRuntime.version.deno}`
   }`,
 )
-for (const runtime of ["deno", "deno-bundle", "node", "node-bundle"] as const) {
+for (
+  const runtime of ["deno", "deno-bundle", "deno-raw", "node", "node-bundle", "node-raw"] as const
+) {
+  const raw = runtime.endsWith("-raw")
   const bares: Array<number> = []
   const stops: Array<number> = []
   const settles: Array<number> = []
   const exits: Array<number> = []
+  const connectings: Array<number> = []
+  const starteds: Array<number> = []
   for (let i = 0; i < RUNS; i++) {
     if (process.env.BENCH_DEBUG) console.error("run", runtime, i)
     bares.push(await bare(runtime))
-    stops.push(await stop(runtime))
+    if (!raw) stops.push(await stop(runtime))
     const j = await job(runtime)
     settles.push(j.settled)
     exits.push(j.exit)
+    connectings.push(j.connecting)
+    starteds.push(j.started)
   }
   const b = median(bares)
   const line = (label: string, xs: Array<number>) => {
@@ -220,11 +263,19 @@ for (const runtime of ["deno", "deno-bundle", "node", "node-bundle"] as const) {
       (ms / b).toFixed(1)
     }x bare   (settled after ${settledAfter(xs, (m) => m * 0.05)} of ${xs.length} runs)`
   }
-  console.log(`${runtime}:`)
+  const phase = (label: string, from: Array<number>, to: Array<number>) =>
+    `  ${label.padEnd(52)} ${
+      median(to.map((t, i) => t - (from[i] ?? 0))).toFixed(0).padStart(5)
+    } ms`
+  console.log(`${runtime}${raw ? " (amqplib alone: the floor)" : ""}:`)
   console.log(line("bare runtime start+exit (baseline)", bares))
-  console.log(line("SIGTERM to exit, idle", stops))
+  if (!raw) console.log(line("SIGTERM to exit, idle", stops))
   console.log(line("job: start to first task settled", settles))
   console.log(line("job: start to exit", exits))
+  console.log("  the job's start, medians of each phase:")
+  console.log(phase("  start to 'connecting' (modules, settings, setup)", [], connectings))
+  console.log(phase("  to 'started' (connect, channels, declare, consume)", connectings, starteds))
+  console.log(phase("  to the first task's success (the delivery)", starteds, settles))
 }
 await connection.close()
 rmSync(bundleDir, { recursive: true, force: true })

@@ -46,8 +46,8 @@ export const DEFAULT_DECREASE = 0.75
 
 /**
  * The default latency tolerance of `by: "latency"`: a round of tasks within 10% of the best
- * recent round's latency is no queue. In `bench/adaptive.ts` it settles at the knee and one
- * above; a handler whose latency varies more than that at rest needs more.
+ * recent round's latency is no queue. In `bench/adaptive.ts` it settles at the knee, probing one
+ * above it after each hold; a handler whose latency varies more than that at rest needs more.
  *
  * @since 0.2.0
  * @category constants

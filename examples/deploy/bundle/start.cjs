@@ -12,17 +12,22 @@
  * for an image build, where no broker runs (`echo '<task>' | node start.cjs --warm`).
  */
 "use strict"
-const crypto = require("node:crypto")
 const fs = require("node:fs")
 const path = require("node:path")
 const vm = require("node:vm")
 const { wrap } = require("node:module")
 
 const file = path.join(__dirname, "worker.cjs")
-const source = wrap(fs.readFileSync(file, "utf8"))
+const text = fs.readFileSync(file, "utf8")
+const source = wrap(text)
 // V8 matches a cache to its source by length only: named by a hash of the source, a cache never
-// runs the code of an earlier build of the same length (1 ms for a 2 MB bundle).
-const digest = crypto.createHash("sha1").update(source).digest("hex").slice(0, 16)
+// runs the code of an earlier build of the same length. build.mjs writes the hash as the file's
+// first line (hashing the file here took some 15 ms of a start), and the file's time of change
+// is part of the name, for a file edited after its build; a file without the line is hashed.
+const digest = `${
+  /^\/\/ digest ([0-9a-f]{16})\n/.exec(text)?.[1] ??
+    require("node:crypto").createHash("sha1").update(source).digest("hex").slice(0, 16)
+}-${Math.trunc(fs.statSync(file).mtimeMs)}`
 const cacheFile = path.join(__dirname, `worker.cjs.${digest}.v8cache`)
 const warm = process.argv.includes("--warm")
 if (warm) {
@@ -40,7 +45,9 @@ const script = new vm.Script(source, { filename: file, cachedData })
 if (cachedData === undefined || script.cachedDataRejected) {
   process.on("exit", () => {
     // Written whole then renamed: a start never reads half a cache (V8 would reject it anyway).
-    const partial = `${cacheFile}.${process.pid}-${crypto.randomBytes(4).toString("hex")}`
+    const partial = `${cacheFile}.${process.pid}-${
+      require("node:crypto").randomBytes(4).toString("hex")
+    }`
     try {
       fs.writeFileSync(partial, script.createCachedData())
       fs.renameSync(partial, cacheFile)

@@ -6,9 +6,13 @@
  * seen (the latency with no queue in front of the downstream) raises the target, if the worker
  * was using most of it: by half until a queue first shows (as TCP's slow start), then by one; a
  * round past it shows a queue, and the target falls in proportion to the excess, by a quarter at
- * most (one slow round may be noise; a queue that stays is cut again a round later). No error is
- * needed: the limit settles at the knee, where more tasks at once only wait longer. Pure, and
- * tested with sequences of latencies.
+ * most (one slow round may be noise; a queue that stays is cut again a round later). A raise by
+ * one that a cut follows was a probe past the knee: the target then holds for
+ * {@link HOLD_ROUNDS} rounds before it probes again, as each probe past a sharp knee is a round
+ * of queueing (probing every other round kept the latency 7% above the knee's:
+ * `bench/adaptive.ts`); any other cut (noise, a downstream slowing) adds no hold, so the target
+ * climbs back at once. No error is needed: the limit settles at the knee, where more tasks at
+ * once only wait longer. Pure, and tested with sequences of latencies.
  */
 
 /** The fewest latencies a round averages: fewer would read one slow task as a queue. */
@@ -23,6 +27,9 @@ export const EPOCH_ROUNDS = 50
 /** The least one round leaves of the target: one slow round may be noise. */
 const MAX_CUT = 0.75
 
+/** The rounds a target holds, after a probe past the knee, before it is raised again. */
+export const HOLD_ROUNDS = 8
+
 export class LatencyLimit {
   private count = 0
   private sum = 0
@@ -32,6 +39,10 @@ export class LatencyLimit {
   private lastEpochBest = Number.POSITIVE_INFINITY
   /** Until a queue first shows, the target grows by half a round. */
   private slowStart = true
+  /** Whether the last round raised the target by one: a probe for more. */
+  private probed = false
+  /** Rounds left before the target may be raised again, after a probe past the knee. */
+  private holding = 0
 
   private readonly tolerance: number
 
@@ -60,10 +71,21 @@ export class LatencyLimit {
       this.epochBest = Number.POSITIVE_INFINITY
     }
     const ratio = average / baseline
+    const probed = this.probed
+    this.probed = false
     if (ratio <= 1 + this.tolerance) {
-      return wasBusy ? (this.slowStart ? Math.ceil(1.5 * target) : target + 1) : target
+      if (this.holding > 0) {
+        this.holding -= 1
+        return target
+      }
+      if (!wasBusy) return target
+      if (this.slowStart) return Math.ceil(1.5 * target)
+      this.probed = true
+      return target + 1
     }
     this.slowStart = false
+    // A cut while the target holds leaves the rest of the hold as it was.
+    if (probed) this.holding = HOLD_ROUNDS
     return Math.floor(target * Math.max(MAX_CUT, (1 + this.tolerance) / ratio))
   }
 

@@ -25,24 +25,34 @@ const CLOSE_BOUND = Duration.seconds(2)
  * TRACK, which a probe path still answers 405, and a target need not be a URL's path (`*`), so
  * the `Request` is built on a fixed URL and shows node's method and target instead. Its body is
  * left unread: no probe reads one, and the connection closes after the answer.
+ *
+ * The class is made at the first request, not as this module loads: on Node, the global
+ * `Request` loads Node's fetch (undici) when first read, 20 – 50 ms of every start of a process
+ * (bench/lifecycle.ts), which a job-mode pod's first task would wait for.
  */
-class IncomingRequest extends Request {
-  private readonly incoming: Http.IncomingMessage
+const incomingRequestClass = () =>
+  class IncomingRequest extends Request {
+    private readonly incoming: Http.IncomingMessage
 
-  constructor(incoming: Http.IncomingMessage) {
-    const raw = incoming.rawHeaders
-    const headers: Array<[string, string]> = []
-    for (let i = 0; i + 1 < raw.length; i += 2) headers.push([raw[i]!, raw[i + 1]!])
-    super("http://probe/", { headers })
-    this.incoming = incoming
+    constructor(incoming: Http.IncomingMessage) {
+      const raw = incoming.rawHeaders
+      const headers: Array<[string, string]> = []
+      for (let i = 0; i + 1 < raw.length; i += 2) headers.push([raw[i]!, raw[i + 1]!])
+      super("http://probe/", { headers })
+      this.incoming = incoming
+    }
+    override get method(): string {
+      return this.incoming.method ?? "GET"
+    }
+    override get url(): string {
+      return this.incoming.url ?? "/"
+    }
   }
-  override get method(): string {
-    return this.incoming.method ?? "GET"
-  }
-  override get url(): string {
-    return this.incoming.url ?? "/"
-  }
-}
+
+let IncomingRequest: ReturnType<typeof incomingRequestClass> | undefined
+
+const incomingRequest = (incoming: Http.IncomingMessage): Request =>
+  new (IncomingRequest ??= incomingRequestClass())(incoming)
 
 /**
  * Writes the app's answer: its status, its headers (`content-length` among them) and its bytes
@@ -125,7 +135,7 @@ export const serve = (
     const sockets = new ProbeSockets(options)
     const server = Http.createServer((req, res) => {
       if (!sockets.admit(req.socket)) return
-      const request = HttpServerRequest.fromWeb(new IncomingRequest(req))
+      const request = HttpServerRequest.fromWeb(incomingRequest(req))
       const fiber = run(Effect.provideService(
         HttpEffect.toHandled(app, (_, response) => Effect.sync(() => write(req, res, response))),
         HttpServerRequest.HttpServerRequest,

@@ -1,5 +1,10 @@
 import { describe, expect, it } from "@effect/vitest"
-import { EPOCH_ROUNDS, LatencyLimit, MIN_ROUND } from "../../../src/internal/delivery/latency.ts"
+import {
+  EPOCH_ROUNDS,
+  HOLD_ROUNDS,
+  LatencyLimit,
+  MIN_ROUND,
+} from "../../../src/internal/delivery/latency.ts"
 
 /** Feeds a round of `millis` latencies at `target`; the target the round calls for. */
 const round = (limit: LatencyLimit, target: number, millis: number, busy = true) => {
@@ -34,6 +39,21 @@ describe("LatencyLimit", () => {
     expect(round(limit, 13, 20)).toBe(14)
   })
 
+  it("after a probe past the knee, holds the target for HOLD_ROUNDS rounds", () => {
+    const limit = new LatencyLimit(0.1)
+    expect(round(limit, 10, 20)).toBe(15)
+    // The slow start's overshoot: cut, and not held.
+    expect(round(limit, 15, 30)).toBe(11)
+    expect(round(limit, 11, 20)).toBe(12)
+    // The probe by one found a queue: cut, then held.
+    expect(round(limit, 12, 30)).toBe(9)
+    expect(round(limit, 9, 20)).toBe(9)
+    // A queue that stays is cut again at once, the hold going on.
+    expect(round(limit, 9, 30)).toBe(6)
+    for (let i = 1; i < HOLD_ROUNDS; i++) expect(round(limit, 6, 20)).toBe(6)
+    expect(round(limit, 6, 20)).toBe(7)
+  })
+
   it("not busy, a round says nothing of more: the target holds", () => {
     const limit = new LatencyLimit(0.1)
     expect(round(limit, 4, 20, false)).toBe(4)
@@ -58,9 +78,13 @@ describe("LatencyLimit", () => {
       target = round(limit, target, latency(target))!
       if (i >= 100) seen.push(target)
     }
-    // At the knee or one past it, never beyond the tolerance's reach (16 × √1.1 < 17).
+    // At the knee or one past it, never beyond the tolerance's reach (16 × √1.1 < 17), and one
+    // past it only for the round of a probe after each hold.
     expect(Math.min(...seen)).toBe(16)
     expect(Math.max(...seen)).toBe(17)
+    expect(seen.filter((t) => t === 17).length).toBeLessThanOrEqual(
+      Math.ceil(seen.length / (HOLD_ROUNDS + 2)),
+    )
   })
 
   it("a downstream slower for good becomes the new baseline within two epochs", () => {

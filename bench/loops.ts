@@ -1,0 +1,204 @@
+/**
+ * The loops `bench/amqp.ts` compares and `bench/profile.ts` profiles, on RabbitMQ (127.0.0.1, a
+ * quorum vhost of their own): the raw amqplib loop, the same steps on the SDK's `AmqpTransport`,
+ * and the SDK with a no-op handler. Each preloads its tasks, runs them, and measures its run from
+ * its first task settled to its last.
+ */
+import { Buffer } from "node:buffer"
+import { execFileSync } from "node:child_process"
+import process from "node:process"
+import amqp from "amqplib"
+import { Duration, Effect, Fiber, Layer, Logger, Option, Schema } from "effect"
+import { AmqpTransport, Settings, Transport, Worker } from "../src/index.ts"
+import { settleMinimally } from "./minimalLoop.ts"
+
+const VHOST = "async-task-worker-quorum"
+const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
+
+const rabbitmqctl = (...args: Array<string>) =>
+  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
+if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)) {
+  rabbitmqctl("add_vhost", VHOST, "--default-queue-type", "quorum")
+  rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
+}
+
+const envelope = (i: number) =>
+  Buffer.from(
+    `{"task_id": "task-${i}", "data": {"message_type": "submission", "body": {"n": ${i}}}}`,
+  )
+
+const preload = async (queue: string, tasks: number) => {
+  const connection = await amqp.connect(URL)
+  const channel = await connection.createConfirmChannel()
+  await channel.assertQueue(queue, { durable: true })
+  await channel.assertQueue(queue.replace(/_in$/, "_out"), { durable: true })
+  await channel.purgeQueue(queue)
+  await channel.purgeQueue(queue.replace(/_in$/, "_out"))
+  for (let i = 0; i < tasks; i++) channel.sendToQueue(queue, envelope(i), { persistent: true })
+  await channel.waitForConfirms()
+  await connection.close()
+}
+
+const cleanup = async (...queues: Array<string>) => {
+  const connection = await amqp.connect(URL)
+  const channel = await connection.createChannel()
+  for (const queue of queues) await channel.deleteQueue(queue)
+  await connection.close()
+}
+
+/** What one loop's run measured, from its first task settled to its last. */
+export interface Run {
+  readonly rate: number
+  /** This process's CPU time per task, in µs. */
+  readonly cpu: number
+}
+
+/** Told as a loop's first task is settled and as its last is: a profile's window. */
+export interface Window {
+  readonly first?: () => void
+  readonly last?: () => void
+}
+
+/**
+ * A loop's settled tasks: `settle` as each one is, `all` when every one is, and the loop's run
+ * from its first task settled to its last.
+ */
+const settlements = (tasks: number, window: Window) => {
+  let settled = 0
+  let first = 0
+  let last = 0
+  let firstCpu = process.cpuUsage()
+  let cpu = 0
+  let done!: () => void
+  const all = new Promise<void>((resolve) => (done = resolve))
+  return {
+    settle: () => {
+      last = performance.now()
+      if (++settled === 1) {
+        first = last
+        firstCpu = process.cpuUsage()
+        window.first?.()
+      }
+      if (settled === tasks) {
+        const used = process.cpuUsage(firstCpu)
+        cpu = used.user + used.system
+        window.last?.()
+        done()
+      }
+    },
+    all,
+    run: (): Run => ({
+      rate: (tasks - 1) / ((last - first) / 1000),
+      cpu: cpu / (tasks - 1),
+    }),
+  }
+}
+
+export const raw = async (
+  tasks: number,
+  concurrency: number,
+  window: Window = {},
+): Promise<Run> => {
+  await preload("bench-raw_queue_in", tasks)
+  const connection = await amqp.connect(URL, { noDelay: true })
+  const consumer = await connection.createChannel()
+  const publisher = await connection.createConfirmChannel()
+  await consumer.prefetch(concurrency)
+  const publish = (text: string, type: string) =>
+    new Promise<void>((resolve, reject) =>
+      publisher.sendToQueue("bench-raw_queue_out", Buffer.from(text), {
+        persistent: true,
+        contentType: "application/json",
+        type,
+      }, (error) => (error ? reject(error) : resolve()))
+    )
+  const settled = settlements(tasks, window)
+  await consumer.consume("bench-raw_queue_in", (message) => {
+    if (message === null) return
+    const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
+    const head = `{"task_id":${JSON.stringify(taskId)},"data":{"message_type":`
+    publish(`${head}"started","hostname":"bench"}}`, "started")
+      .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
+      .then(() => {
+        consumer.ack(message)
+        settled.settle()
+      }, (error) => console.error(error))
+  })
+  await settled.all
+  await connection.close()
+  await cleanup("bench-raw_queue_in", "bench-raw_queue_out")
+  return settled.run()
+}
+
+export const sdk = async (
+  tasks: number,
+  concurrency: number,
+  window: Window = {},
+): Promise<Run> => {
+  await preload("bench-sdk_queue_in", tasks)
+  const worker = Worker.make({
+    name: "bench-sdk",
+    input: Schema.Struct({ n: Schema.Number }),
+    output: Schema.Struct({ ok: Schema.Boolean }),
+    timeout: "30 seconds",
+    handler: () => Effect.succeed({ ok: true }),
+  })
+  const settled = settlements(tasks, window)
+  const counter = Logger.make(({ message }) => {
+    if (String(Array.isArray(message) ? message[0] : message).startsWith("Delivery settled")) {
+      settled.settle()
+    }
+  })
+  const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
+    brokerUrl: URL,
+    concurrency: concurrency,
+  })
+  const fiber = Effect.runFork(
+    Worker.serve(worker).pipe(
+      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
+      Effect.provide(Logger.layer([counter])),
+    ),
+  )
+  await settled.all
+  await Effect.runPromise(Fiber.interrupt(fiber))
+  await cleanup("bench-sdk_queue_in", "bench-sdk_queue_out")
+  return settled.run()
+}
+
+export const transportOnly = async (
+  tasks: number,
+  concurrency: number,
+  window: Window = {},
+): Promise<Run> => {
+  await preload("bench-transport_queue_in", tasks)
+  const settings = Settings.layer({ name: "bench-transport", timeout: Duration.seconds(30) }, {
+    brokerUrl: URL,
+    concurrency: concurrency,
+  })
+  const settled = settlements(tasks, window)
+  await Effect.runPromise(
+    Effect.gen(function* () {
+      const transport = yield* Transport.Transport
+      const taker = Effect.gen(function* () {
+        for (;;) {
+          const next = yield* transport.take
+          if (Option.isNone(next)) return
+          yield* settleMinimally(transport, next.value)
+          settled.settle()
+        }
+      })
+      yield* Effect.raceFirst(
+        Effect.all(Array.from({ length: concurrency }, () => taker), {
+          concurrency: "unbounded",
+          discard: true,
+        }),
+        Effect.promise(() => settled.all),
+      )
+    }).pipe(
+      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
+      Effect.scoped,
+    ),
+  )
+  await cleanup("bench-transport_queue_in", "bench-transport_queue_out")
+  return settled.run()
+}

@@ -1,0 +1,71 @@
+/**
+ * A handler's own `AsyncLocalStorage` (a request-scoped logger, OpenTelemetry's context manager):
+ * the store a delivery started in is the one its handler finds, whoever resumes it. Effect
+ * keeps it by capturing the async context at each fork and suspension (an `AsyncResource`, which
+ * costs a delivery on Deno: bench/profile.ts `--no-async-resource`); a change that avoids the
+ * capture must keep these passing.
+ */
+import { AsyncLocalStorage } from "node:async_hooks"
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Schema } from "effect"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Worker from "../src/Worker.ts"
+import type { Handler } from "../src/WorkerDefinition.ts"
+
+const store = new AsyncLocalStorage<string>()
+const Seen = Schema.Struct({ before: Schema.String, after: Schema.String })
+const seen = () => store.getStore() ?? "none"
+
+/** A worker whose handler is `handler`, given the gate it waits on. */
+const gated = (
+  handler: (gate: Deferred.Deferred<void>) => Handler<object, typeof Seen.Type, never>,
+) => {
+  const gate = Deferred.makeUnsafe<void>()
+  const worker = Worker.make({
+    name: "async-context",
+    input: Schema.Struct({}),
+    output: Seen,
+    timeout: "5 seconds",
+    handler: handler(gate),
+  })
+  return { gate, worker }
+}
+
+/** Runs a task of `worker` in the store "app", its handler released from a call in the store "other". */
+const runReleasedFromElsewhere = async ({ gate, worker }: ReturnType<typeof gated>) => {
+  await using harness = await WorkerHarness.start(worker)
+  const run = store.run("app", () => harness.submit({}))
+  // The handler waits on the gate; opening it from the store "other" runs its waiter in this call.
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  store.run("other", () => Effect.runSync(Deferred.succeed(gate, undefined)))
+  const done = await run
+  done.assertSucceeded()
+  return done.response
+}
+
+describe("a handler's AsyncLocalStorage", () => {
+  it("an Effect handler keeps its delivery's store after a suspension another store ends", async () => {
+    const run = gated((gate) => () =>
+      Effect.gen(function* () {
+        const before = seen()
+        yield* Deferred.await(gate)
+        return { before, after: seen() }
+      })
+    )
+    expect(await runReleasedFromElsewhere(run)).toEqual({ before: "app", after: "app" })
+  })
+
+  it("an async handler starts in its delivery's store, and its awaits keep the one it entered", async () => {
+    const run = gated((gate) => async () => {
+      const before = seen()
+      return await store.run(`${before}+handler`, async () => {
+        await Effect.runPromise(Deferred.await(gate))
+        return { before, after: seen() }
+      })
+    })
+    expect(await runReleasedFromElsewhere(run)).toEqual({
+      before: "app",
+      after: "app+handler",
+    })
+  })
+})
