@@ -32,10 +32,18 @@ import { PublishError, TransportError } from "./WorkerError.ts"
  */
 export interface AmqpTransportOptions {
   /**
-   * `amqp://` or `amqps://`, with the vhost (percent-encoded) and `heartbeat` query; checked
-   * before connecting. Redacted: it holds the password.
+   * `amqp://` or `amqps://`, with the vhost (percent-encoded) and an optional `heartbeat`
+   * query; or the URLs of one cluster's nodes separated by commas, tried in an order shuffled
+   * per process, the next one after each failure. Checked before connecting. Redacted: it holds
+   * the password.
    */
   readonly url: Redacted.Redacted<string>
+  /**
+   * The AMQP heartbeat asked of the broker, unless the URL asks one: a connection silent for
+   * two of them is given up (amqplib), whatever the system's TCP timeouts. Whole seconds; 0 asks
+   * none. Default 10 s.
+   */
+  readonly heartbeat?: Duration.Input | undefined
   readonly inQueue: string
   readonly outQueue: string
   /** The prefetch: unsettled deliveries at most. */
@@ -83,7 +91,19 @@ export const make = (
     const current = new Current<Session.Session>()
     const consumers = yield* Consumers.make({ ...options, url, inbox })
     const confirms = yield* Confirms.make({ outQueue: options.outQueue, confirmTimeout })
-    yield* Session.run({ ...options, url, connect, current, status, consumers, confirms }).pipe(
+    const heartbeatSeconds = Math.ceil(
+      Duration.toSeconds(Duration.fromInputUnsafe(options.heartbeat ?? Duration.seconds(10))),
+    )
+    yield* Session.run({
+      ...options,
+      url,
+      heartbeatSeconds,
+      connect,
+      current,
+      status,
+      consumers,
+      confirms,
+    }).pipe(
       Effect.catch((error) =>
         Effect.logError(error.message).pipe(
           Effect.andThen(Effect.sync(() => consumers.fail(error))),
@@ -115,9 +135,10 @@ export const make = (
       Effect.suspend(() => {
         const session = current.now
         const headers = options?.headers
+        const messageId = options?.messageId
         return session !== undefined
-          ? publishOn(session, body, type, headers)
-          : Effect.flatMap(nextSession, (next) => publishOn(next, body, type, headers))
+          ? publishOn(session, body, type, headers, messageId)
+          : Effect.flatMap(nextSession, (next) => publishOn(next, body, type, headers, messageId))
       })
 
     return Transport.of({
@@ -145,8 +166,8 @@ export const make = (
   })
 
 /**
- * The RabbitMQ transport configured by the worker's settings (`BROKER_URL`, the queues, the
- * concurrency as prefetch).
+ * The RabbitMQ transport configured by the worker's settings (`BROKER_URL`, `WORKER_HEARTBEAT_S`,
+ * the queues, the concurrency as prefetch).
  *
  * @since 0.1.0
  * @category layers
@@ -163,6 +184,7 @@ export const layer: Layer.Layer<Transport, TransportError, Settings> = Layer.eff
     }
     return yield* make({
       url: settings.brokerUrl.value,
+      heartbeat: Duration.seconds(settings.heartbeat),
       inQueue: settings.inQueue,
       outQueue: settings.outQueue,
       capacity: settings.concurrency,

@@ -26,6 +26,8 @@ export interface StoredMessage {
   readonly type: string | undefined
   /** The headers the publisher set (the engine's `traceparent`, say); `undefined` if none. */
   readonly headers: Readonly<Record<string, unknown>> | undefined
+  /** The id the publisher gave the message (the engine's, see `PublishOptions`), if any. */
+  readonly messageId: string | undefined
 }
 
 /**
@@ -199,12 +201,13 @@ export const make = (
       type: string | undefined,
       deliveryCount = 0,
       headers?: Readonly<Record<string, unknown>> | undefined,
+      messageId?: string | undefined,
     ) =>
       injected(queue, type)
         ? Effect.fail(new PublishError({ reason: "injected", messageType: type ?? "unknown" }))
         : refusing.size !== 0 && refusing.has(queue)
         ? Effect.fail(new PublishError({ reason: "nacked", messageType: type ?? "unknown" }))
-        : Effect.sync(() => core.publish(queue, body, type, deliveryCount, headers))
+        : Effect.sync(() => core.publish(queue, body, type, deliveryCount, headers, messageId))
 
     const transport = (o: TransportOptions) =>
       Effect.gen(function* () {
@@ -223,7 +226,8 @@ export const make = (
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
           take: consumer.inbox.takeMap((h) => toDelivery(core, h, classic, duration)),
-          publish: (body, type, options) => publish(o.outQueue, body, type, 0, options?.headers),
+          publish: (body, type, options) =>
+            publish(o.outQueue, body, type, 0, options?.headers, options?.messageId),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
           stopIntake: Effect.sync(() => {
             core.cancel(consumer)

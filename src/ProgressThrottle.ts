@@ -8,6 +8,7 @@
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Result } from "effect"
 import { encodeUtf8 } from "./internal/codec/utf8.ts"
+import { messageIdOf } from "./internal/delivery/plan.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
@@ -38,11 +39,15 @@ export interface TaskProgress {
 export class ProgressThrottle extends Context.Service<ProgressThrottle, {
   /**
    * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
-   * says the task's lease is lost (the broker has the task back: it is fenced).
+   * says the task's lease is lost (the broker has the task back: it is fenced). Its messages
+   * are numbered in the `attempt` (default 1) for their ids (`<task_id>:<attempt>:progress:<n>`).
    */
   readonly open: (
     taskId: string,
-    options?: { readonly isLost?: (() => boolean) | undefined },
+    options?: {
+      readonly isLost?: (() => boolean) | undefined
+      readonly attempt?: number | undefined
+    },
   ) => Effect.Effect<TaskProgress, never, Scope.Scope>
 }>()("@async-task/worker/ProgressThrottle") {}
 
@@ -70,6 +75,8 @@ export const make = (
         let closed = false
         let sending = false
         let sender: Fiber.Fiber<void> | undefined
+        const task = { taskId, attempt: options?.attempt }
+        let sent = 0
 
         const publishHeld = Effect.suspend(() => {
           const body = held
@@ -78,7 +85,9 @@ export const make = (
           if (options?.isLost?.() === true) return drop("concluded")
           return Effect.flatMap(Clock.currentTimeMillis, (now) => {
             lastSentAt = now
-            return publish(body, "progress").pipe(
+            return publish(body, "progress", {
+              messageId: messageIdOf(task, "progress", ++sent),
+            }).pipe(
               Effect.tap(() => Metric.update(WorkerMetrics.messagesPublished("progress"), 1)),
               Effect.catch((error) =>
                 Effect.logWarning("A progress message was not published; the task goes on").pipe(

@@ -97,6 +97,12 @@ export interface PublishOptions {
    * (W3C Trace Context) on the messages of a traced delivery, and nothing otherwise.
    */
   readonly headers?: Readonly<Record<string, string>> | undefined
+  /**
+   * The message's id (on RabbitMQ, its `message_id`): the engine's is the same for every copy of
+   * one message (`<task_id>:<attempt>:<type>`, a progress message's with `:<n>`), so that a
+   * consumer can drop the copies that at-least-once delivery still allows.
+   */
+  readonly messageId?: string | undefined
 }
 
 /**

@@ -238,6 +238,27 @@ describe("Settings", () => {
         }
       }))
 
+    it.effect("a cluster's list: each address checked, the wrong one named by its place", () =>
+      Effect.gen(function* () {
+        const list = `${BROKER_URL}, amqp://worker:${PASSWORD}@rabbit-2.internal/tasks`
+        const s = yield* load({ BROKER_URL: list })
+        expect(Option.map(s.brokerUrl, Redacted.value)).toEqual(Option.some(list))
+        const error = yield* loadError({ BROKER_URL: `${BROKER_URL},amqp://worker:${PASSWORD}@` })
+        expect(error.problems).toHaveLength(1)
+        expect(error.problems[0]).toMatch(
+          /^brokerUrl \(BROKER_URL\) \(address 2 of 2, separated by commas\) does not parse/,
+        )
+        expect(error.message).not.toContain(PASSWORD)
+      }))
+
+    it.effect("a heartbeat is whole seconds from 0 (none) to 600, 10 by default", () =>
+      Effect.gen(function* () {
+        expect((yield* load({})).heartbeat).toBe(10)
+        expect((yield* load({ WORKER_HEARTBEAT_S: "0" })).heartbeat).toBe(0)
+        const error = yield* loadError({ WORKER_HEARTBEAT_S: "2.5" })
+        expect(error.problems.join("\n")).toContain("WORKER_HEARTBEAT_S: Expected an integer")
+      }))
+
     it.effect("is checked when code gives it too, as a string or Redacted", () =>
       Effect.gen(function* () {
         for (const brokerUrl of ["amqp:///tasks", Redacted.make("amqp:///tasks")]) {

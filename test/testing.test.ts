@@ -43,6 +43,21 @@ describe("WorkerHarness", () => {
     expect(() => run.assertFailed()).toThrow(/Expected the task to fail/)
   })
 
+  it.effect("gives each message the id its copies share: task, attempt, type, a progress's number", () =>
+    Effect.gen(function* () {
+      const harness = yield* WorkerHarness.make(worker)
+      yield* harness.submit({ text: "abc" }, { taskId: "t-1" })
+      yield* harness.submit({ text: "retry" }, { taskId: "t-2", deliveryCount: 2 })
+      const ids = (yield* harness.broker.published(harness.settings.outQueue))
+        .map((m) => m.messageId)
+      expect(ids).toEqual([
+        "t-1:1:started",
+        "t-1:1:progress:1",
+        "t-1:1:success",
+        "t-2:3:started",
+      ])
+    }))
+
   describe("a definition's layer", () => {
     class Greeting
       extends Context.Service<Greeting, { readonly word: string }>()("test/Greeting") {}

@@ -207,6 +207,13 @@ describe("AmqpTransport on RabbitMQ", () => {
               expect(m.deliveryMode).toBe(2)
               expect(m.type).toBe(JSON.parse(m.text).data.message_type)
             }
+            // The same id for every copy of a message: task, attempt, type.
+            expect(out.map((m) => m.messageId)).toEqual([
+              "t-ok:1:started",
+              "t-ok:1:success",
+              "t-empty:1:started",
+              "t-empty:1:failure",
+            ])
             await worker.stop()
             expect(await broker.count(`${name}_queue_in`)).toBe(0)
           } finally {

@@ -35,6 +35,7 @@ export interface OutMessage {
   readonly type: string | undefined
   readonly contentType: string | undefined
   readonly deliveryMode: number | undefined
+  readonly messageId: string | undefined
 }
 
 const toOut = (message: amqp.GetMessage): OutMessage => ({
@@ -42,6 +43,7 @@ const toOut = (message: amqp.GetMessage): OutMessage => ({
   type: message.properties.type,
   contentType: message.properties.contentType,
   deliveryMode: message.properties.deliveryMode,
+  messageId: message.properties.messageId,
 })
 
 /** The platform's side: publishes envelopes, reads the output queue, inspects and cleans up. */

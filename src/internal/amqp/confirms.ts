@@ -17,6 +17,11 @@ export type PublishChannel = Pick<Amqp.ConfirmChannel, "publish">
 export interface Publishing {
   readonly publisher: PublishChannel
   readonly returned: Set<string>
+  /**
+   * Told when a publish's confirm is overdue: the connection is presumed dead, and given up
+   * rather than published on again (a second copy of a message while the first is unconfirmed).
+   */
+  readonly overdue?: (() => void) | undefined
 }
 
 export interface Confirms {
@@ -25,19 +30,22 @@ export interface Confirms {
     channel: { on(event: "return", listener: (message: Amqp.Message) => void): unknown },
   ) => Set<string>
   /**
-   * Publishes `body` to the output queue, with `headers` as the message's AMQP headers, completing
-   * once the broker has confirmed it.
+   * Publishes `body` to the output queue, with `headers` as the message's AMQP headers and
+   * `messageId` as its id (else a number of this process's), completing once the broker has
+   * confirmed it.
    */
   readonly publish: (
     on: Publishing,
     body: Uint8Array,
     type: string,
     headers?: Readonly<Record<string, string>> | undefined,
+    messageId?: string | undefined,
   ) => Effect.Effect<void, PublishError>
 }
 
 interface AwaitingConfirm {
   readonly deadline: number
+  readonly on: Publishing
   readonly expire: () => void
 }
 
@@ -63,6 +71,7 @@ export const make = (options: {
       for (const [id, waiting] of awaitingConfirm) {
         if (waiting.deadline > now) continue
         awaitingConfirm.delete(id)
+        waiting.on.overdue?.()
         waiting.expire()
       }
     }).pipe(
@@ -81,14 +90,18 @@ export const make = (options: {
       return returned
     }
 
-    const publish: Confirms["publish"] = ({ publisher, returned }, body, type, headers) =>
+    const publish: Confirms["publish"] = (on, body, type, headers, stableId) =>
       Effect.callback<void, PublishError>((resume) => {
+        const { publisher, returned } = on
         const id = ++sequence
-        const messageId = `${id}`
+        // A return names the message by its id: the broker returns a message before it confirms
+        // it, so a copy's return is read by that copy's confirm.
+        const messageId = stableId ?? `${id}`
         const failWith = (reason: PublishError["reason"]) =>
           resume(Effect.fail(new PublishError({ reason, messageType: type })))
         awaitingConfirm.set(id, {
           deadline: clock.currentTimeMillisUnsafe() + confirmMillis,
+          on,
           expire: () => failWith("timeout"),
         })
         try {

@@ -37,6 +37,20 @@ export const coalesceWrites = (model: Amqp.ChannelModel): boolean => {
   return true
 }
 
+/**
+ * Gives a connection up at once: its socket destroyed, which amqplib reads as the connection's
+ * loss (every confirm awaited fails, and the broker requeues what the connection held once it
+ * notices). A close would wait for the broker's answer, which a dead or stalled path never
+ * sends. Reaches into amqplib's connection (its socket); returns whether it could.
+ */
+export const destroySocket = (model: unknown, why: Error): boolean => {
+  const stream = (model as { connection?: { stream?: { destroy?: (error?: Error) => void } } })
+    ?.connection?.stream
+  if (typeof stream?.destroy !== "function") return false
+  stream.destroy(why)
+  return true
+}
+
 /** Why the broker closed a connection during its handshake: Connection.Close's fields. */
 export interface CloseReason {
   readonly replyCode: number

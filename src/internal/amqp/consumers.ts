@@ -26,12 +26,18 @@ export interface Consuming {
   readonly channel: ConsumerChannel
   readonly leases: LeaseLoss
   readonly deliveries: ChannelDeliveries
-  /** Completed when the broker cancels a consumer: the session ends, and the next one consumes. */
-  readonly ended: Deferred.Deferred<void>
+  /**
+   * Completed, with why, when the broker cancels a consumer: the session ends, and the next one
+   * consumes.
+   */
+  readonly ended: Deferred.Deferred<string>
 }
 
 /** A new consumer channel, its leases alive. */
-export const consuming = (channel: ConsumerChannel, ended: Deferred.Deferred<void>): Consuming => {
+export const consuming = (
+  channel: ConsumerChannel,
+  ended: Deferred.Deferred<string>,
+): Consuming => {
   const leases = new LeaseLoss()
   return { channel, leases, deliveries: channelDeliveries(channel, leases), ended }
 }
@@ -100,7 +106,7 @@ const startConsumer = (
           if (message === null) {
             // basic.cancel from the server (the queue was deleted, or the consumer timed out).
             leases.lose("consumer_cancelled")
-            Deferred.doneUnsafe(ended, Effect.void)
+            Deferred.doneUnsafe(ended, Effect.succeed("the broker cancelled the consumer"))
             return
           }
           inbox.offer(toDelivery(message, deliveries))

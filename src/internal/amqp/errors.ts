@@ -6,10 +6,9 @@
 import { TransportError } from "../../WorkerError.ts"
 import { errorMessage } from "../describe.ts"
 import { closeReasonOf } from "./connect.ts"
-import { urlProblem } from "./url.ts"
+import { brokerUrls, urlsProblem } from "./url.ts"
 
-/** The URL without its password, for messages and logs. */
-export const redactUrl = (url: string): string => {
+const redactOne = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"
@@ -19,12 +18,18 @@ export const redactUrl = (url: string): string => {
   }
 }
 
+/** The URL (or each of a list's, see `brokerUrls`) without its password, for messages and logs. */
+export const redactUrl = (url: string): string => brokerUrls(url).map(redactOne).join(", ")
+
 /** The text of anything amqplib throws or rejects with. */
 export const messageOf = errorMessage
 
-/** A broker URL amqplib cannot use (see `urlProblem`), as a configuration error, before connecting. */
+/**
+ * A broker URL (or list, see `urlsProblem`) amqplib cannot use, as a configuration error, before
+ * connecting.
+ */
 export const invalidUrl = (url: string): TransportError | undefined => {
-  const problem = urlProblem(url)
+  const problem = urlsProblem(url)
   return problem === undefined
     ? undefined
     : new TransportError({ reason: "invalid_url", message: `The broker URL ${problem}` })

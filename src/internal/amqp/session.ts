@@ -1,12 +1,13 @@
 /**
- * One broker connection's life, and the loop that makes the next: connect, open the confirm
- * channel and (unless intake has stopped) the consumer channel, declare both queues, consume up
- * to the capacity, then hold the session until the connection is lost. Closing goes in the order
+ * One broker connection's life, and the loop that makes the next: connect (to the next of the
+ * cluster's nodes, with the heartbeat asked), open the confirm channel and (unless intake has
+ * stopped) the consumer channel, declare both queues, consume up to the capacity, then hold the
+ * session until the connection is lost. Closing goes in the order
  * that loses nothing, each step bounded: the consumers cancelled, the consumer channel closed
  * after a synchronous call, the confirms awaited, the connection closed.
  */
 import type * as Amqp from "amqplib"
-import { Deferred, Duration, Effect, Schedule, SubscriptionRef } from "effect"
+import { Clock, Deferred, Duration, Effect, Random, Schedule, SubscriptionRef } from "effect"
 import type { Scope } from "effect"
 import type { ConnectionStatus } from "../../Transport.ts"
 import type { TransportError } from "../../WorkerError.ts"
@@ -14,7 +15,9 @@ import { closeStep } from "./closing.ts"
 import type { Confirms, PublishChannel } from "./confirms.ts"
 import { type ConsumerChannel, type Consumers, consuming } from "./consumers.ts"
 import type { Current } from "./current.ts"
-import { connectError, declareError, invalidUrl } from "./errors.ts"
+import { destroySocket } from "./connect.ts"
+import { connectError, declareError, invalidUrl, messageOf, redactUrl } from "./errors.ts"
+import { brokerUrls } from "./url.ts"
 
 /** What of amqplib's channels a session uses, beside publishing and consuming. */
 interface SessionChannel {
@@ -45,10 +48,15 @@ export interface Connection {
 export interface Session {
   readonly publisher: PublisherChannel
   readonly returned: Set<string>
+  /** A publish's confirm is overdue: the connection is given up, unless the broker blocks it. */
+  readonly overdue: () => void
 }
 
 export interface SessionOptions {
+  /** One URL, or the URLs of a cluster's nodes separated by commas (see `brokerUrls`). */
   readonly url: string
+  /** The AMQP heartbeat asked of the broker, in seconds, unless the URL asks its own. */
+  readonly heartbeatSeconds?: number | undefined
   readonly inQueue: string
   readonly outQueue: string
   /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
@@ -63,18 +71,31 @@ export interface SessionOptions {
   readonly confirms: Confirms
 }
 
+/** Why a connection or one of its channels closed: amqplib's error, if it gave one. */
+const causeOf = (error: unknown): string =>
+  error === undefined || error === null ? "closed" : messageOf(error)
+
 const declare = (on: SessionChannel, queue: string) =>
   Effect.tryPromise({
     try: () => on.assertQueue(queue, { durable: true }),
     catch: (e) => declareError(e, queue),
   })
 
-/** Connects; closing the connection is the last closing step. */
-const connectTo = (options: SessionOptions) =>
+/**
+ * `url` with the heartbeat asked in its query, unless it asks one itself: amqplib reads the
+ * heartbeat of a URL from its query only.
+ */
+export const withHeartbeat = (url: string, seconds: number | undefined): string => {
+  if (seconds === undefined || new URL(url).searchParams.has("heartbeat")) return url
+  return `${url}${url.includes("?") ? "&" : "?"}heartbeat=${seconds}`
+}
+
+/** Connects to `url`; closing the connection is the last closing step. */
+const connectTo = (options: SessionOptions, url: string) =>
   Effect.acquireRelease(
     Effect.tryPromise({
-      try: () => options.connect(options.url),
-      catch: (e) => connectError(e, options.url),
+      try: () => options.connect(withHeartbeat(url, options.heartbeatSeconds)),
+      catch: (e) => connectError(e, url),
     }),
     (c) => closeStep(Effect.promise(() => c.close().catch(() => undefined))),
   )
@@ -83,15 +104,15 @@ const connectTo = (options: SessionOptions) =>
  * Every step from here is a round trip to the broker, and amqplib makes one channel's calls one
  * after another: the two channels are opened at once, and each declares its own queue.
  */
-const openChannels = (connection: Connection, options: SessionOptions) =>
+const openChannels = (connection: Connection, options: SessionOptions, url: string) =>
   Effect.all([
     Effect.tryPromise({
       try: () => connection.createConfirmChannel(),
-      catch: (e) => connectError(e, options.url),
+      catch: (e) => connectError(e, url),
     }),
     options.consumers.stopped() ? Effect.succeed(undefined) : Effect.tryPromise({
       try: () => connection.createChannel(),
-      catch: (e) => connectError(e, options.url),
+      catch: (e) => connectError(e, url),
     }),
   ], { concurrency: "unbounded" })
 
@@ -102,16 +123,16 @@ const openChannels = (connection: Connection, options: SessionOptions) =>
 const consumeOn = (
   channel: ConsumerChannelOfSession,
   declaringOut: Effect.Effect<unknown, TransportError>,
-  ended: Deferred.Deferred<void>,
+  ended: Deferred.Deferred<string>,
   options: SessionOptions,
 ): Effect.Effect<void, TransportError, Scope.Scope> =>
   Effect.gen(function* () {
     const { consumers, inQueue } = options
     const target = consuming(channel, ended)
     channel.on("error", () => {})
-    channel.on("close", () => {
+    channel.on("close", (error?: unknown) => {
       target.leases.lose("channel_closed")
-      Deferred.doneUnsafe(ended, Effect.void)
+      Deferred.doneUnsafe(ended, Effect.succeed(causeOf(error)))
     })
     consumers.attach(target)
     // Runs after the cancel below. amqplib writes the connection's Close ahead of channel frames
@@ -137,17 +158,65 @@ const consumeOn = (
     yield* consumers.fill(target)
   })
 
-/** One connection's life: returns when the connection is lost. */
-const session = (options: SessionOptions): Effect.Effect<void, TransportError> =>
+/** What the session lines say: whether there are nodes to choose from, when the last was lost. */
+interface Losses {
+  readonly severalNodes: boolean
+  lostAt: number | undefined
+}
+
+/**
+ * The broker's resource alarm (memory, disk): it stops reading publishes and says so
+ * (`connection.blocked`), its own state, logged as such rather than read as a refusing queue.
+ */
+const watchBlocking = (connection: Connection, node: string) =>
   Effect.gen(function* () {
-    const connection = yield* connectTo(options)
-    const ended = yield* Deferred.make<void>()
-    connection.on("error", () => {})
-    connection.on("close", () => Deferred.doneUnsafe(ended, Effect.void))
-    const [publisher, channel] = yield* openChannels(connection, options)
+    const log = Effect.runForkWith(yield* Effect.context<never>())
+    const state = { blocked: false }
+    connection.on("blocked", (reason: unknown) => {
+      state.blocked = true
+      log(Effect.logWarning(
+        `The broker at ${node} blocks publishing, a resource alarm (${
+          String(reason)
+        }): publishes wait until it ends`,
+      ))
+    })
+    connection.on("unblocked", () => {
+      state.blocked = false
+      log(Effect.logInfo(`The broker at ${node} takes publishes again: its resource alarm ended`))
+    })
+    return state
+  })
+
+/** One connection's life, to `url`: returns when the connection is lost. */
+const session = (
+  options: SessionOptions,
+  url: string,
+  losses: Losses,
+): Effect.Effect<void, TransportError> =>
+  Effect.gen(function* () {
+    const connection = yield* connectTo(options, url)
+    const ended = yield* Deferred.make<string>()
+    // amqplib emits the connection's error (a heartbeat timeout, the broker's close) before it
+    // closes the channels, whose close carries none: the connection's is the cause.
+    let failed: unknown
+    const lose = (error?: unknown) =>
+      Deferred.doneUnsafe(ended, Effect.succeed(causeOf(failed ?? error)))
+    connection.on("error", (error: unknown) => (failed ??= error))
+    connection.on("close", lose)
+    const node = redactUrl(url)
+    const blocking = yield* watchBlocking(connection, node)
+    // Published again on this channel, a message whose confirm is overdue could arrive twice: the
+    // connection is presumed dead and given up (the broker requeues what it held), unless the
+    // broker said it blocks publishing, which only its alarm's end cures.
+    const overdue = () => {
+      if (blocking.blocked) return
+      failed ??= new Error("a publish's confirm was overdue, so the connection was given up")
+      if (!destroySocket(connection, failed as Error)) lose()
+    }
+    const [publisher, channel] = yield* openChannels(connection, options, url)
     const returned = options.confirms.track(publisher)
     publisher.on("error", () => {})
-    publisher.on("close", () => Deferred.doneUnsafe(ended, Effect.void))
+    publisher.on("close", lose)
     yield* Effect.addFinalizer(() =>
       closeStep(Effect.promise(() => publisher.waitForConfirms().catch(() => undefined)))
     )
@@ -158,10 +227,22 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
     } else {
       yield* consumeOn(channel, declaringOut, ended, options)
     }
-    options.current.set({ publisher, returned })
+    options.current.set({ publisher, returned, overdue })
     yield* SubscriptionRef.set(options.status, "connected")
-    yield* Deferred.await(ended)
-    yield* Effect.logWarning("The broker connection was lost: reconnecting")
+    const now = yield* Clock.currentTimeMillis
+    if (losses.lostAt === undefined) {
+      // The startup line names the broker's URL: with several nodes, this one says which.
+      const line = `Connected to the broker at ${node}`
+      yield* losses.severalNodes ? Effect.logInfo(line) : Effect.logDebug(line)
+    } else {
+      const seconds = ((now - losses.lostAt) / 1000).toFixed(1)
+      yield* Effect.logInfo(
+        `Connected to the broker again, at ${node}, ${seconds} s after the loss`,
+      )
+    }
+    const cause = yield* Deferred.await(ended)
+    losses.lostAt = yield* Clock.currentTimeMillis
+    yield* Effect.logWarning(`The broker connection to ${node} was lost (${cause}): reconnecting`)
   }).pipe(
     Effect.ensuring(
       Effect.andThen(
@@ -177,8 +258,10 @@ const session = (options: SessionOptions): Effect.Effect<void, TransportError> =
 
 /**
  * Sessions one after another for as long as it runs, reconnecting with capped, jittered
- * exponential backoff. Fails only with a configuration error (a broker URL that cannot work,
- * refused credentials or vhost, a conflicting queue), which retrying cannot help.
+ * exponential backoff, each to the next of the URL's nodes (in an order shuffled once, so that a
+ * cluster's workers spread over its nodes): a node that is down, or the one just lost, is left
+ * at once. Fails only with a configuration error (a broker URL that cannot work, refused
+ * credentials or vhost, a conflicting queue), which retrying cannot help.
  */
 export const run = (options: SessionOptions): Effect.Effect<never, TransportError> => {
   const invalid = invalidUrl(options.url)
@@ -187,13 +270,17 @@ export const run = (options: SessionOptions): Effect.Effect<never, TransportErro
     Schedule.jittered(Schedule.exponential(options.reconnectBase ?? Duration.millis(100))),
     Schedule.spaced(options.reconnectMax ?? Duration.seconds(3)),
   ])
-  return session(options).pipe(
-    Effect.tapError((error) =>
-      error.isConfiguration
-        ? Effect.void
-        : Effect.logWarning(`Broker connection attempt failed: ${error.message}`)
-    ),
-    Effect.retry({ schedule: backoff, while: (error) => !error.isConfiguration }),
-    Effect.forever,
-  )
+  return Effect.flatMap(Random.shuffle(brokerUrls(options.url)), (urls) => {
+    const losses: Losses = { severalNodes: urls.length > 1, lostAt: undefined }
+    let attempt = 0
+    return Effect.suspend(() => session(options, urls[attempt++ % urls.length]!, losses)).pipe(
+      Effect.tapError((error) =>
+        error.isConfiguration
+          ? Effect.void
+          : Effect.logWarning(`Broker connection attempt failed: ${error.message}`)
+      ),
+      Effect.retry({ schedule: backoff, while: (error) => !error.isConfiguration }),
+      Effect.forever,
+    )
+  })
 }

@@ -1,8 +1,9 @@
 /**
  * A broker URL checked before any connection: amqplib connects to whatever parses (a missing
  * host is localhost, port 0 is 5672) and throws for the rest at each attempt, so a URL that can
- * never work would be retried forever. One URL at a time; no problem quotes the URL, whose
- * user-info holds the password (and, unencoded, can spill into the host or path).
+ * never work would be retried forever. `BROKER_URL` may list the nodes of one cluster, separated
+ * by commas, each checked so; no problem quotes a URL, whose user-info holds the password (and,
+ * unencoded, can spill into the host or path).
  */
 
 const EXPECTED = "expected amqp://user:password@host:5672/vhost"
@@ -34,6 +35,29 @@ export const urlProblem = (url: string): string | undefined => {
     decodeURIComponent(parsed.pathname.slice(1))
   } catch {
     return "has a vhost that is not percent-encoded (a % in it is written %25)"
+  }
+  return undefined
+}
+
+/** The addresses `BROKER_URL` lists: one URL, or the nodes of one cluster separated by commas. */
+export const brokerUrls = (value: string): ReadonlyArray<string> =>
+  value.split(",").map((url) => url.trim())
+
+/**
+ * What is wrong with the list `value` (see {@link urlProblem}), the address named by its place
+ * when there are several, or `undefined`. A comma in a user or password must be encoded: it
+ * would split the URL in two.
+ */
+export const urlsProblem = (value: string): string | undefined => {
+  const urls = brokerUrls(value)
+  if (urls.length === 1) return urlProblem(urls[0]!)
+  for (const [index, url] of urls.entries()) {
+    const place = `(address ${index + 1} of ${urls.length}, separated by commas)`
+    if (url === "") return `${place} is empty`
+    const problem = urlProblem(url)
+    if (problem !== undefined) {
+      return `${place} ${problem}; a comma in a user or password is written %2C`
+    }
   }
   return undefined
 }

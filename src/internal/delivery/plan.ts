@@ -19,6 +19,14 @@ export interface TaskRef {
   readonly deliveryLimit?: number | undefined
 }
 
+/**
+ * The id of a message of the delivery of `task`, the same for each of its copies: its task, its
+ * attempt (the first for a delivery that does not count them) and its type, a progress message's
+ * number in its attempt beside.
+ */
+export const messageIdOf = (task: TaskRef, type: MessageType, sequence?: number): string =>
+  `${task.taskId}:${task.attempt ?? 1}:${type}${sequence === undefined ? "" : `:${sequence}`}`
+
 /** A task whose attempt is known: one that may run. */
 export interface Task extends TaskRef {
   readonly attempt: number
@@ -32,6 +40,8 @@ export type Plan =
     readonly _tag: "Conclude"
     readonly type: MessageType
     readonly text: string
+    /** The message's id, the same for each of its copies. */
+    readonly messageId: string
     readonly decision: Decision.Decision
   }
   | { readonly _tag: "Requeue"; readonly decision: Decision.Decision }
@@ -108,6 +118,7 @@ export const conclude = (
     _tag: "Conclude",
     type: message.type,
     text: encoded.success,
+    messageId: messageIdOf(task, message.type),
     decision: decide(task, outcome, "conclude", { code, reason }),
   }
 }

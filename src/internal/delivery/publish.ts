@@ -11,7 +11,7 @@ import type { Lease, PublishOptions } from "../../Transport.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
-import { fenced, type Plan, requeue, type Task } from "./plan.ts"
+import { fenced, messageIdOf, type Plan, requeue, type Task } from "./plan.ts"
 import { interruptedFromOutside } from "./run.ts"
 import type { Timer } from "./timers.ts"
 
@@ -99,6 +99,8 @@ export const hold = <A, O, R>(
 export interface Outgoing {
   readonly body: Uint8Array
   readonly type: MessageType
+  /** Its id: the same for each copy (`messageIdOf`). */
+  readonly messageId: string
   /** When the retries of a refused publish stop: the lease's time, less what must follow. */
   readonly deadline: number
   /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
@@ -120,10 +122,11 @@ function* publishTries<A, O, R>(
 ): Steps<Publication> {
   let delayMillis = PUBLISH_RETRY_BASE_MILLIS
   let tries = !ctx.gate.refusing
+  const publishOptions: PublishOptions = { headers: options?.headers, messageId: out.messageId }
   for (;;) {
     if (tries) {
       if (it.delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(out.body, out.type, options)
+      const publish = ctx.transport.publish(out.body, out.type, publishOptions)
       const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
@@ -184,6 +187,7 @@ export function* publishStarted<A, O, R>(
   const published = yield* publishHeld(ctx, it, {
     body: encodeUtf8(Result.getOrThrow(started)),
     type: "started",
+    messageId: messageIdOf(task, "started"),
     deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
     interruptible: true,
   })

@@ -83,7 +83,7 @@ const interruptSelf = (df: DeliveryFiber): void =>
  */
 const progressOf = <A, O, R>(
   ctx: EngineContext<A, O, R>,
-  taskId: string,
+  task: Task,
   lease: Lease,
   taskScope: Scope.Closeable,
 ): TaskContext.TaskContext["progress"] => {
@@ -91,7 +91,11 @@ const progressOf = <A, O, R>(
   const report = (fraction: number, payload?: Readonly<Record<string, unknown>>) =>
     Effect.suspend(() => {
       if (channel !== undefined) return channel.report(fraction, payload)
-      return Scope.provide(ctx.throttle.open(taskId, { isLost: lease.isLost }), taskScope).pipe(
+      const opening = ctx.throttle.open(task.taskId, {
+        isLost: lease.isLost,
+        attempt: task.attempt,
+      })
+      return Scope.provide(opening, taskScope).pipe(
         Effect.flatMap((opened) => {
           channel ??= opened
           return channel.report(fraction, payload)
@@ -126,7 +130,7 @@ export function* runHandler<A, O, R>(
       clientId: envelope.clientId,
       inputRefs: envelope.inputRefs ?? [],
     },
-    progressOf(ctx, task.taskId, lease, taskScope),
+    progressOf(ctx, task, lease, taskScope),
     ctx.loggerFor,
   )
   let running = true

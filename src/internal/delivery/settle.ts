@@ -87,6 +87,7 @@ export function* settle<A, O, R>(
       const published = yield* publishHeld(ctx, it, {
         body: encodeUtf8(plan.text),
         type: plan.type,
+        messageId: plan.messageId,
         deadline: it.takenAt + ctx.holdMillis,
         interruptible: false,
       })

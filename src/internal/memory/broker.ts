@@ -14,6 +14,8 @@ export interface StoredMessage {
   readonly type: string | undefined
   /** The headers the publisher set, if any. */
   readonly headers: Readonly<Record<string, unknown>> | undefined
+  /** The id the publisher gave the message, if any. */
+  readonly messageId: string | undefined
   deliveryCount: number
 }
 
@@ -74,6 +76,7 @@ export class BrokerCore {
     type: string | undefined,
     deliveryCount: number,
     headers?: Readonly<Record<string, unknown>> | undefined,
+    messageId?: string | undefined,
   ): StoredMessage {
     const q = this.queue(name)
     const message: StoredMessage = {
@@ -82,6 +85,7 @@ export class BrokerCore {
       body,
       type,
       headers,
+      messageId,
       deliveryCount,
     }
     if (this.retainLog) q.log.push(message)

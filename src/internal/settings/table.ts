@@ -6,7 +6,7 @@
  */
 import { hostname } from "node:os"
 import { Duration } from "effect"
-import { urlProblem } from "../amqp/url.ts"
+import { urlsProblem } from "../amqp/url.ts"
 import { boolean, duration, integer, literal, logLevel, secret, text } from "./row.ts"
 
 /** The rows, by field name. */
@@ -110,8 +110,16 @@ export const table = {
   }),
   brokerUrl: secret({
     env: "BROKER_URL",
-    meaning: "the RabbitMQ URL; redacted everywhere, as it holds the password",
-    check: urlProblem,
+    meaning: "the RabbitMQ URL, or its nodes' URLs, with commas; always redacted",
+    check: urlsProblem,
+  }),
+  heartbeat: integer({
+    env: "WORKER_HEARTBEAT_S",
+    default: 10,
+    shownDefault: "10 s",
+    min: 0,
+    max: 600,
+    meaning: "AMQP heartbeat (0: none); a dead connection is left within 3",
   }),
   transport: literal({
     env: "WORKER_TRANSPORT",

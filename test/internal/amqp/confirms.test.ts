@@ -11,7 +11,12 @@ const body = new TextEncoder().encode(`{"task_id":"t-1"}`)
 const publishing = Effect.gen(function* () {
   const confirms = yield* Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) })
   const channel = new FakeChannel("publisher")
-  const on = { publisher: channel, returned: confirms.track(channel) }
+  const overdue: Array<number> = []
+  const on = {
+    publisher: channel,
+    returned: confirms.track(channel),
+    overdue: () => void overdue.push(overdue.length),
+  }
   /** A publish forked and left waiting for its confirm. */
   const publish = Effect.gen(function* () {
     const before = channel.published.length
@@ -19,7 +24,7 @@ const publishing = Effect.gen(function* () {
     yield* eventually(() => channel.published.length > before)
     return { fiber, sent: channel.published[before]! }
   })
-  return { channel, publish, confirms, on }
+  return { channel, publish, confirms, on, overdue }
 })
 
 describe("Confirms", () => {
@@ -82,12 +87,15 @@ describe("Confirms", () => {
 
   it.effect("a publish never confirmed fails as timeout once the confirm timeout has passed, and its late confirm is ignored", () =>
     Effect.gen(function* () {
-      const { publish } = yield* publishing
+      const { publish, overdue } = yield* publishing
       const { fiber, sent } = yield* publish
       yield* TestClock.adjust("9750 millis")
       expect(fiber.pollUnsafe()).toBeUndefined()
+      expect(overdue).toEqual([])
       yield* TestClock.adjust("250 millis")
       expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("timeout")
+      // Its session was told first: the connection is given up, not published on again.
+      expect(overdue).toEqual([0])
       sent.confirm(null)
     }))
 })

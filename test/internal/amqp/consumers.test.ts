@@ -21,7 +21,7 @@ const consuming = (
       ...options,
     })
     const channel = new FakeChannel("consumer")
-    const ended = yield* Deferred.make<void>()
+    const ended = yield* Deferred.make<string>()
     const target = Consumers.consuming(channel, ended)
     consumers.attach(target)
     yield* consumers.fill(target)
@@ -150,7 +150,7 @@ describe("Consumers", () => {
       consumers.detach()
       yield* consumers.setCapacity(7)
       const next = new FakeChannel("next")
-      const target = Consumers.consuming(next, yield* Deferred.make<void>())
+      const target = Consumers.consuming(next, yield* Deferred.make<string>())
       consumers.attach(target)
       yield* consumers.fill(target)
       expect(next.windows()).toEqual([7])
@@ -167,7 +167,7 @@ describe("Consumers", () => {
       })
       const channel = new FakeChannel("consumer")
       channel.failing.set("prefetch", new Error("Channel closed"))
-      const target = Consumers.consuming(channel, yield* Deferred.make<void>())
+      const target = Consumers.consuming(channel, yield* Deferred.make<string>())
       const error = yield* Effect.flip(consumers.fill(target))
       expect(error.reason).toBe("connect")
       expect(error.message).toBe(

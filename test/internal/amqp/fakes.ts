@@ -169,9 +169,20 @@ export class FakeConnection extends EventEmitter {
     return Promise.resolve()
   }
 
-  /** The broker dropped the connection. */
-  lose(): void {
-    this.emit("close")
+  /** amqplib's connection inside its model: the socket the session destroys to give it up. */
+  readonly connection = {
+    stream: {
+      destroy: (error?: Error) => {
+        this.log.push("connection.stream.destroy")
+        this.emit("error", error)
+        this.emit("close", error)
+      },
+    },
+  }
+
+  /** The broker dropped the connection, amqplib saying why if `error` is given. */
+  lose(error?: Error): void {
+    this.emit("close", error)
   }
 }
 

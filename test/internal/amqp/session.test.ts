@@ -8,6 +8,7 @@ import * as Session from "../../../src/internal/amqp/session.ts"
 import { Inbox } from "../../../src/internal/transport/inbox.ts"
 import type { ConnectionStatus, Delivery } from "../../../src/Transport.ts"
 import type { TransportError } from "../../../src/WorkerError.ts"
+import { captureLogs } from "../../support/logs.ts"
 import { eventually, FakeConnection } from "./fakes.ts"
 
 /**
@@ -15,7 +16,11 @@ import { eventually, FakeConnection } from "./fakes.ts"
  * them, intake stopped first when the scope closes. `connections` answer the attempts in turn: a
  * connection, or a failure.
  */
-const sessions = (connections: ReadonlyArray<FakeConnection | Error>, url = "amqp://fake") =>
+const sessions = (
+  connections: ReadonlyArray<FakeConnection | Error>,
+  url = "amqp://fake",
+  heartbeatSeconds?: number,
+) =>
   Effect.gen(function* () {
     const inbox = new Inbox<Delivery, TransportError>()
     const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
@@ -28,7 +33,9 @@ const sessions = (connections: ReadonlyArray<FakeConnection | Error>, url = "amq
     })
     const confirms = yield* Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) })
     let attempts = 0
-    const connect = () => {
+    const urls: Array<string> = []
+    const connect = (url: string) => {
+      urls.push(url)
       const next = connections[attempts++]
       return next instanceof Error || next === undefined
         ? Promise.reject(next ?? new Error("no more connections"))
@@ -36,6 +43,7 @@ const sessions = (connections: ReadonlyArray<FakeConnection | Error>, url = "amq
     }
     const loop = yield* Session.run({
       url,
+      heartbeatSeconds,
       inQueue: "in",
       outQueue: "out",
       connect,
@@ -46,7 +54,15 @@ const sessions = (connections: ReadonlyArray<FakeConnection | Error>, url = "amq
     }).pipe(Effect.forkScoped)
     yield* Effect.addFinalizer(() => consumers.stopIntake)
     const statusNow = () => Effect.runSync(SubscriptionRef.get(status))
-    return { inbox, status: statusNow, current, consumers, loop, attempts: () => attempts }
+    return {
+      inbox,
+      status: statusNow,
+      current,
+      consumers,
+      loop,
+      attempts: () => attempts,
+      urls,
+    }
   })
 
 describe("Session", () => {
@@ -99,6 +115,85 @@ describe("Session", () => {
       expect(status()).toBe("connected")
       expect(second.consumer.windows()).toEqual([2])
     }))
+
+  it.effect("a cluster's nodes: each attempt goes to the next, so a node that is down is left at once", () =>
+    Effect.gen(function* () {
+      const logs = captureLogs()
+      const connection = new FakeConnection()
+      const { status, urls } = yield* sessions(
+        [new Error("connect ECONNREFUSED"), connection],
+        "amqp://u:p@node-a/v, amqp://u:p@node-b/v",
+        10,
+      ).pipe(Effect.provide(logs.layer))
+      yield* eventually(() => urls.length === 1)
+      yield* TestClock.adjust("3 seconds")
+      yield* eventually(() => status() === "connected")
+      // In an order shuffled per process, each with the heartbeat asked.
+      expect([...urls].sort()).toEqual([
+        "amqp://u:p@node-a/v?heartbeat=10",
+        "amqp://u:p@node-b/v?heartbeat=10",
+      ])
+      const node = urls[1]!.replace("u:p@", "u:***@").replace("?heartbeat=10", "")
+      expect(logs.lines.map((l) => `${l.level} ${l.message}`)).toContain(
+        `INFO Connected to the broker at ${node}`,
+      )
+    }))
+
+  it.effect("a lost connection is logged with its cause and its node, its return with how long it took", () =>
+    Effect.gen(function* () {
+      const logs = captureLogs()
+      const first = new FakeConnection()
+      const second = new FakeConnection()
+      const { status, current } = yield* sessions([first, second], "amqp://u:secret@node-a/v")
+        .pipe(Effect.provide(logs.layer))
+      yield* eventually(() => status() === "connected")
+      first.lose(new Error("Heartbeat timeout"))
+      yield* eventually(() => current.now?.publisher === second.publisher)
+      const messages = logs.lines.map((l) => `${l.level} ${l.message}`)
+      expect(messages).toContain(
+        "WARN The broker connection to amqp://u:***@node-a/v was lost (Heartbeat timeout): reconnecting",
+      )
+      expect(messages).toContain(
+        "INFO Connected to the broker again, at amqp://u:***@node-a/v, 0.0 s after the loss",
+      )
+      expect(messages.join("\n")).not.toContain("secret")
+    }))
+
+  it.effect("an overdue confirm gives the connection up (its socket destroyed), unless the broker blocks publishing", () =>
+    Effect.gen(function* () {
+      const logs = captureLogs()
+      const first = new FakeConnection()
+      const second = new FakeConnection()
+      const { status, current } = yield* sessions([first, second]).pipe(
+        Effect.provide(logs.layer),
+      )
+      yield* eventually(() => status() === "connected")
+      // A resource alarm: overdue confirms are the alarm's, and the connection is kept.
+      first.emit("blocked", "low on memory")
+      current.now!.overdue()
+      expect(first.log).not.toContain("connection.stream.destroy")
+      first.emit("unblocked")
+      current.now!.overdue()
+      expect(first.log).toContain("connection.stream.destroy")
+      yield* eventually(() => current.now?.publisher === second.publisher)
+      const messages = logs.lines.map((l) => `${l.level} ${l.message}`)
+      expect(messages).toEqual(expect.arrayContaining([
+        "WARN The broker at amqp://fake blocks publishing, a resource alarm (low on memory): publishes wait until it ends",
+        "INFO The broker at amqp://fake takes publishes again: its resource alarm ended",
+        "WARN The broker connection to amqp://fake was lost (a publish's confirm was overdue, so the connection was given up): reconnecting",
+      ]))
+    }))
+
+  it("asks the heartbeat in the URL's query, unless the URL asks its own", () => {
+    expect(Session.withHeartbeat("amqp://node/v", 10)).toBe("amqp://node/v?heartbeat=10")
+    expect(Session.withHeartbeat("amqp://node/v?frameMax=8192", 5)).toBe(
+      "amqp://node/v?frameMax=8192&heartbeat=5",
+    )
+    expect(Session.withHeartbeat("amqp://node/v?heartbeat=30", 10)).toBe(
+      "amqp://node/v?heartbeat=30",
+    )
+    expect(Session.withHeartbeat("amqp://node/v", undefined)).toBe("amqp://node/v")
+  })
 
   it.effect("a failed attempt is retried after a backoff", () =>
     Effect.gen(function* () {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { urlProblem } from "../../../src/internal/amqp/url.ts"
+import { brokerUrls, urlProblem, urlsProblem } from "../../../src/internal/amqp/url.ts"
 
 const PASSWORD = "s3cr3t-Pa55w0rd"
 
@@ -69,5 +69,33 @@ describe("a broker URL, checked before connecting", () => {
       )
       expect(problem).not.toContain("s3cr3t")
     }
+  })
+})
+
+describe("BROKER_URL listing a cluster's nodes", () => {
+  it("separated by commas, spaces around them allowed", () => {
+    const list = `amqp://guest:${PASSWORD}@node-1/tasks, amqp://guest:${PASSWORD}@node-2/tasks`
+    expect(urlsProblem(list)).toBeUndefined()
+    expect(brokerUrls(list)).toEqual([
+      `amqp://guest:${PASSWORD}@node-1/tasks`,
+      `amqp://guest:${PASSWORD}@node-2/tasks`,
+    ])
+  })
+
+  it("a malformed address is named by its place, never quoted", () => {
+    expect(urlsProblem("amqp://node-1/tasks,,amqp://node-3/tasks")).toBe(
+      "(address 2 of 3, separated by commas) is empty",
+    )
+    expect(urlsProblem("amqp://node-1/tasks,amqp:///tasks")).toBe(
+      "(address 2 of 2, separated by commas) has no host (expected amqp://user:password@host:5672/vhost); a comma in a user or password is written %2C",
+    )
+    // A comma in the password splits the URL: the first half does not parse.
+    const split = urlsProblem(`amqp://guest:${PASSWORD},more@node-1/tasks`)!
+    expect(split).toMatch(/^\(address 1 of 2, separated by commas\) does not parse/)
+    expect(split).not.toContain(PASSWORD)
+  })
+
+  it("one URL is checked as before, without a place", () => {
+    expect(urlsProblem("amqp:///tasks")).toBe(urlProblem("amqp:///tasks"))
   })
 })
