@@ -17,8 +17,9 @@
  *    handler's mean latency against the knee's (BASE).
  */
 import process from "node:process"
-import { Deferred, Duration, Effect, Fiber, Layer, References, Schema } from "effect"
+import { Deferred, Duration, Effect, Fiber, References, Schema } from "effect"
 import { Concurrency, MemoryBroker, RetryableError, Settings, Worker } from "../src/index.ts"
+import { memoryBroker } from "./memory.ts"
 
 const BASE_MS = 20
 const KNEE = 16
@@ -136,11 +137,7 @@ const measure = (policy: Concurrency.Policy, ms: number): Effect.Effect<Result, 
       })
     }).pipe(
       Effect.scoped,
-      Effect.provide(
-        MemoryBroker.layerTransport().pipe(
-          Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
-        ),
-      ),
+      Effect.provide(memoryBroker()),
       Effect.provide(
         Settings.layer({
           name: definition.name,

@@ -13,8 +13,9 @@
  * the console.
  */
 import process from "node:process"
-import { Deferred, Effect, Layer, Option, References, Schedule, Schema } from "effect"
+import { Deferred, Effect, Option, References, Schedule, Schema } from "effect"
 import { MemoryBroker, Settings, Worker } from "../src/index.ts"
+import { memoryBroker } from "./memory.ts"
 import { settleMinimally } from "./minimalLoop.ts"
 
 const TASKS = Number(process.argv[2] ?? 100_000)
@@ -99,11 +100,7 @@ const engine = Effect.gen(function* () {
   return TASKS / seconds
 }).pipe(
   Effect.scoped,
-  Effect.provide(
-    MemoryBroker.layerTransport().pipe(
-      Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
-    ),
-  ),
+  Effect.provide(memoryBroker()),
   Effect.provide(settingsFor(CONCURRENCY)),
 )
 
@@ -126,11 +123,7 @@ const held = Effect.gen(function* () {
   return (after - before) / HELD
 }).pipe(
   Effect.scoped,
-  Effect.provide(
-    MemoryBroker.layerTransport().pipe(
-      Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
-    ),
-  ),
+  Effect.provide(memoryBroker()),
   Effect.provide(settingsFor(HELD)),
 )
 

@@ -16,8 +16,9 @@ import { Session } from "node:inspector"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
-import { Deferred, Duration, Effect, Layer, References, Schedule, Schema } from "effect"
+import { Deferred, Duration, Effect, References, Schedule, Schema } from "effect"
 import { MemoryBroker, Settings, Worker } from "../src/index.ts"
+import { memoryBroker } from "./memory.ts"
 
 const HELD = 10_000
 const ROWS = Number(process.argv[2] ?? 30)
@@ -158,11 +159,7 @@ const held = Effect.gen(function* () {
   return { before, after }
 }).pipe(
   Effect.scoped,
-  Effect.provide(
-    MemoryBroker.layerTransport().pipe(
-      Layer.provideMerge(MemoryBroker.layer({ retainPublished: false })),
-    ),
-  ),
+  Effect.provide(memoryBroker()),
   Effect.provide(
     Settings.layer({ name: "bench", timeout: Duration.seconds(30) }, { concurrency: HELD }),
   ),

@@ -2,8 +2,10 @@
  * A handler's own `AsyncLocalStorage` (a request-scoped logger, OpenTelemetry's context manager):
  * the store a delivery started in is the one its handler finds, whoever resumes it. Effect
  * keeps it by capturing the async context at each fork and suspension (an `AsyncResource`, which
- * costs a delivery on Deno: bench/profile.ts `--no-async-resource`); a change that avoids the
- * capture must keep these passing.
+ * costs a delivery on Deno: bench/profile.ts `--no-async-resource`): the first test fails with the
+ * capture hidden from Effect (checked: the handler then finds the store of whoever resumed it). The
+ * second holds without it, by the runtime's own promise context: it fails if the SDK calls an
+ * `async` handler from outside its delivery's context (a callback scheduled elsewhere).
  */
 import { AsyncLocalStorage } from "node:async_hooks"
 import { describe, expect, it } from "@effect/vitest"

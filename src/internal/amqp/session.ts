@@ -208,9 +208,10 @@ const session = (
     // Published again on this channel, a message whose confirm is overdue could arrive twice: the
     // connection is presumed dead and given up (the broker requeues what it held), unless the
     // broker said it blocks publishing, which only its alarm's end cures.
+    // Once per connection: the confirms overdue together each tell it.
     const overdue = () => {
-      if (blocking.blocked) return
-      failed ??= new Error("a publish's confirm was overdue, so the connection was given up")
+      if (blocking.blocked || failed !== undefined) return
+      failed = new Error("a publish's confirm was overdue, so the connection was given up")
       if (!destroySocket(connection, failed as Error)) lose()
     }
     const [publisher, channel] = yield* openChannels(connection, options, url)

@@ -95,8 +95,12 @@ export const hold = <A, O, R>(
   )
 }
 
-/** A message to publish for the delivery, and how long it may be held for it. */
-export interface Outgoing {
+/**
+ * A message to publish for the delivery, and how long it may be held for it; the options the
+ * transport takes itself (its id, a traced delivery's `traceparent` header), so that a publish
+ * makes no object of its own.
+ */
+export interface Outgoing extends PublishOptions {
   readonly body: Uint8Array
   readonly type: MessageType
   /** Its id: the same for each copy (`messageIdOf`). */
@@ -112,21 +116,19 @@ export interface Outgoing {
  * gate and is retried after a capped, jittered backoff (at once when another publish is
  * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
  * publish waits before it tries: intake pauses rather than each new task knocking. Every try of
- * a traced publish carries the same `traceparent` (`options`).
+ * a traced publish carries the same `traceparent` (`out.headers`).
  */
 function* publishTries<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
   out: Outgoing,
-  options: PublishOptions | undefined,
 ): Steps<Publication> {
   let delayMillis = PUBLISH_RETRY_BASE_MILLIS
   let tries = !ctx.gate.refusing
-  const publishOptions: PublishOptions = { headers: options?.headers, messageId: out.messageId }
   for (;;) {
     if (tries) {
       if (it.delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(out.body, out.type, publishOptions)
+      const publish = ctx.transport.publish(out.body, out.type, out)
       const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
@@ -158,9 +160,10 @@ export function* publishHeld<A, O, R>(
   it: InHand,
   out: Outgoing,
 ): Steps<Publication> {
-  if (it.trace === undefined) return yield* publishTries(ctx, it, out, undefined)
+  if (it.trace === undefined) return yield* publishTries(ctx, it, out)
   const traced = it.trace.publish(out.type, it.task?.taskId)
-  const published = yield* publishTries(ctx, it, out, traced.options)
+  const headers = traced.options?.headers
+  const published = yield* publishTries(ctx, it, headers === undefined ? out : { ...out, headers })
   it.trace.endPublish(traced, published)
   return published
 }
