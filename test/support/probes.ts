@@ -1,9 +1,13 @@
 /**
- * A probe server on an ephemeral port of 127.0.0.1, and waits in real time: shared by
- * `test/Probes.test.ts` and the throughput comparison of `test/timed/Probes.test.ts`.
+ * A probe server on an ephemeral port of 127.0.0.1, a process of clients pressing on it, and
+ * waits in real time: shared by the probe tests and `bench/probes.ts`.
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Schema } from "effect"
+import { spawn } from "node:child_process"
+import process from "node:process"
+import { fileURLToPath } from "node:url"
 import * as Probes from "../../src/Probes.ts"
+import * as Worker from "../../src/Worker.ts"
 
 export const HOST = "127.0.0.1"
 
@@ -34,3 +38,50 @@ export const waitForReal = (check: () => boolean, millis: number, what: string) 
       yield* sleepReal(10)
     }
   })
+
+/**
+ * The client process of `test/fixtures/probes/connections.mjs`, for the scope: `open` makes its
+ * 200 connections, `close` drops them, and `state.open` is how many the server still holds. The
+ * clients run in a process of their own, so that only the server's share of the work is here.
+ */
+export const connectionLoad = (port: number) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const script = fileURLToPath(
+        new URL("../fixtures/probes/connections.mjs", import.meta.url),
+      )
+      const deno = "Deno" in globalThis
+      const child = spawn(
+        process.execPath,
+        deno ? ["run", "-A", script, String(port)] : [script, String(port)],
+        { stdio: ["pipe", "pipe", "inherit"] },
+      )
+      const state = { open: -1 }
+      child.stdout.on("data", (chunk: Uint8Array) => {
+        const last = new TextDecoder().decode(chunk).trim().split("\n").at(-1)
+        const n = Number(last?.split(" ")[1])
+        if (Number.isFinite(n)) state.open = n
+      })
+      const command = (line: "open" | "close") => Effect.sync(() => child.stdin.write(`${line}\n`))
+      return { child, state, open: command("open"), close: command("close") }
+    }),
+    ({ child }) => Effect.sync(() => void child.kill("SIGKILL")),
+  )
+
+/** Drops the load's connections, then makes fresh ones: the server gives each at most 5 s. */
+export const pressFresh = (load: Effect.Success<ReturnType<typeof connectionLoad>>) =>
+  Effect.gen(function* () {
+    yield* load.close
+    yield* waitForReal(() => load.state.open === 0, 5000, "the connections are dropped")
+    yield* load.open
+    yield* waitForReal(() => load.state.open === 32, 5000, "the server holds 32 connections")
+  })
+
+/** The worker whose tasks the load presses on: a no-op, so that the server's share shows. */
+export const loadWorker = Worker.make({
+  name: "probe-load",
+  input: Schema.Struct({}),
+  output: Schema.Struct({}),
+  timeout: "5 seconds",
+  handler: () => Effect.succeed({}),
+})

@@ -5,7 +5,7 @@
  * `headerTimeout` dropped, and the oldest incomplete one giving way to a new connection.
  *
  * Plain callbacks and timers rather than Effects: it runs on every connection accepted, slow
- * clients' included, and must cost no more than refusing them (`test/timed/Probes.test.ts` and
+ * clients' included, and must cost no more than refusing them (`bench/probes.ts` and
  * `test/timed/ProbesSlowloris.test.ts`).
  */
 import type { Socket } from "node:net"
