@@ -99,14 +99,15 @@ export interface ProbeServerOptions extends ProbeRoutesOptions {
 }
 
 /**
- * One readiness component: `check` succeeds when the component is ready.
+ * One readiness component: `check` succeeds when the component is ready, with what `/ready`
+ * shows of it if anything (the broker's node).
  *
  * @since 0.1.0
  * @category models
  */
 export interface ReadinessComponent {
   readonly name: string
-  readonly check: Effect.Effect<void, unknown>
+  readonly check: Effect.Effect<string | void, unknown>
 }
 
 /**
@@ -127,7 +128,7 @@ export interface ProbeServer {
  * @category models
  */
 export type ComponentStatus =
-  | { readonly status: "ok" }
+  | { readonly status: "ok"; readonly detail?: string }
   | { readonly status: "error"; readonly message: string }
 
 /**

@@ -106,12 +106,20 @@ export interface PublishOptions {
 }
 
 /**
- * The connection as readiness sees it.
+ * The connection as readiness sees it. Only `connected` serves: `blocked` is the broker's
+ * resource alarm (it reads no publish until it ends), `stalled` a broker not heard from for a
+ * heartbeat (both since 0.2.0).
  *
  * @since 0.1.0
  * @category models
  */
-export type ConnectionStatus = "connecting" | "connected" | "disconnected" | "closed"
+export type ConnectionStatus =
+  | "connecting"
+  | "connected"
+  | "blocked"
+  | "stalled"
+  | "disconnected"
+  | "closed"
 
 /**
  * A broker connection as the engine uses it.
@@ -142,6 +150,8 @@ export class Transport extends Context.Service<Transport, {
   readonly stopIntake: Effect.Effect<void>
   /** The connection's state, for readiness. */
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
+  /** The broker node connected to, its password redacted, if any: readiness names it. */
+  readonly node?: Effect.Effect<string | undefined> | undefined
   /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
   readonly readyCount?: Effect.Effect<number, TransportError> | undefined
 }>()("@async-task/worker/Transport") {}

@@ -5,9 +5,10 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, Metric } from "effect"
+import { type Context, Effect, Metric, Stream, SubscriptionRef } from "effect"
 import type { Outcome } from "./Decision.ts"
 import type { MessageType, PoisonReason } from "./Protocol.ts"
+import type { ConnectionStatus } from "./Transport.ts"
 
 /**
  * A counter labelled by one key, as a factory of one series per label value, each made once.
@@ -202,6 +203,72 @@ const POISON_REASONS = valuesOf<PoisonReason | "invalid_envelope">({
 
 const PROGRESS_DROP_REASONS = ["invalid", "regressed", "superseded", "concluded", "publish_failed"]
 
+/**
+ * The broker connection's state: 1 for the `state` it is in (`connecting`, `connected`,
+ * `blocked`, `stalled`, `disconnected`, `closed`), 0 for the others. Set by {@link followConnection}.
+ *
+ * @since 0.2.0
+ * @category metrics
+ */
+export const brokerConnection = (state: ConnectionStatus): Metric.Gauge<number> =>
+  connectionGauges[state]
+
+/**
+ * Connections made again after a loss.
+ *
+ * @since 0.2.0
+ * @category metrics
+ */
+export const brokerReconnects = Metric.counter("worker_broker_reconnects_total", {
+  description: "Broker connections made again after a loss",
+})
+
+const CONNECTION_STATES = valuesOf<ConnectionStatus>({
+  connecting: null,
+  connected: null,
+  blocked: null,
+  stalled: null,
+  disconnected: null,
+  closed: null,
+})
+
+const connectionGauges = Object.fromEntries(CONNECTION_STATES.map((state) => [
+  state,
+  Metric.withAttributes(
+    Metric.gauge("worker_broker_connection", {
+      description: "The broker connection's state: 1 for the one it is in",
+    }),
+    { state },
+  ),
+])) as Record<ConnectionStatus, Metric.Gauge<number>>
+
+/**
+ * Follows `status` into {@link brokerConnection} and {@link brokerReconnects}, for as long as it
+ * runs: a connection live again after a loss is a reconnect, whatever its state (`blocked` too).
+ *
+ * @since 0.2.0
+ * @category metrics
+ */
+export const followConnection = (
+  status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
+): Effect.Effect<void> => {
+  let lost = false
+  return SubscriptionRef.changes(status).pipe(
+    Stream.runForEach((state) =>
+      Effect.gen(function* () {
+        for (const other of CONNECTION_STATES) {
+          yield* Metric.update(connectionGauges[other], other === state ? 1 : 0)
+        }
+        if (state === "disconnected") lost = true
+        else if (lost && state !== "connecting" && state !== "closed") {
+          lost = false
+          yield* Metric.update(brokerReconnects, 1)
+        }
+      })
+    ),
+  )
+}
+
 /** Every series known before any task, each once. */
 const known = (): ReadonlyArray<Metric.Metric<never, unknown>> => [
   ...OUTCOMES.map(tasksTotal),
@@ -214,6 +281,8 @@ const known = (): ReadonlyArray<Metric.Metric<never, unknown>> => [
   tasksInFlight,
   shutdownRequeued,
   ...PROGRESS_DROP_REASONS.map(progressDropped),
+  ...CONNECTION_STATES.map(brokerConnection),
+  brokerReconnects,
 ]
 
 /**

@@ -199,6 +199,7 @@ export const consume = <A, I, O, R>(
     )
     // Every series a scraper expects, at 0, before the first task (the bare engine included).
     yield* WorkerMetrics.register
+    yield* Effect.forkScoped(WorkerMetrics.followConnection(transport.status))
     const engine = Context.get(program, DeliveryEngine.DeliveryEngine)
     const drain = Context.get(program, Drain.Drain)
     const consuming = yield* Effect.forkScoped(

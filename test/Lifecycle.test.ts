@@ -305,6 +305,51 @@ describe("Lifecycle", () => {
         expect(health.body.error.message).toContain("t-stuck")
       }))
 
+    it.effect("/ready names the broker's node while connected, and says why not while the connection is blocked, stalled or lost; the connection's metrics follow", () =>
+      Effect.gen(function* () {
+        const status = yield* SubscriptionRef.make<ConnectionStatus>("connected")
+        const node = "amqp://guest:***@node-2:5672/v"
+        const w = yield* launch(sleeper(newSeen()), {
+          transport: (broker) =>
+            memoryTransport(broker, (inner) => ({ ...inner, status, node: Effect.succeed(node) })),
+        })
+        yield* w.started
+        const port = probePort(w.logs)
+        const metrics = Effect.promise(async () =>
+          (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+        )
+        const sample = (text: string, series: string) =>
+          Number(text.split("\n").find((l) => l.startsWith(`${series} `))?.split(" ")[1])
+        const broker = Effect.map(
+          get(port, "/ready"),
+          (r) => r.status === 200 ? r.body.components.broker : r.body.error.components.broker,
+        )
+        expect(yield* broker).toEqual({ status: "ok", detail: node })
+        const reconnects = sample(yield* metrics, "worker_broker_reconnects_total")
+        expect(reconnects).toBeGreaterThanOrEqual(0)
+        const said = {
+          blocked: `the broker connection to ${node} is blocked by a resource alarm of the broker`,
+          stalled: `the broker connection to ${node} is stalled: a heartbeat is overdue`,
+          disconnected: `the broker connection to ${node} is lost: reconnecting`,
+        } as const
+        for (const state of ["blocked", "stalled", "disconnected"] as const) {
+          yield* SubscriptionRef.set(status, state)
+          yield* settle
+          expect(yield* broker).toEqual({ status: "error", message: said[state] })
+          const text = yield* metrics
+          expect(sample(text, `worker_broker_connection{state="${state}"}`)).toBe(1)
+          expect(sample(text, `worker_broker_connection{state="connected"}`)).toBe(0)
+        }
+        yield* SubscriptionRef.set(status, "connected")
+        yield* settle
+        expect(yield* broker).toEqual({ status: "ok", detail: node })
+        const text = yield* metrics
+        expect(sample(text, `worker_broker_connection{state="connected"}`)).toBe(1)
+        expect(sample(text, "worker_broker_reconnects_total")).toBe(reconnects + 1)
+        yield* w.signal()
+        expect(yield* Fiber.join(w.run)).toBe(0)
+      }))
+
     it.effect("/ready lists the worker's own probes beside broker and draining, and fails while draining", () =>
       Effect.gen(function* () {
         let databaseUp = true

@@ -120,7 +120,7 @@ describe("the worker inside an Effect app", () => {
         const ready = await get("/worker/ready")
         expect(ready.status).toBe(200)
         expect(JSON.parse(ready.text).components).toEqual({
-          broker: { status: "ok" },
+          broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
           draining: { status: "ok" },
           database: { status: "ok" },
         })

@@ -1,9 +1,9 @@
 /**
  * Heartbeats on the real RabbitMQ, through a TCP proxy of the test's own that can black-hole the
  * connections it carries (their sockets stay open, no byte goes through): the worker asks the
- * broker for its heartbeat, and a black-holed connection is given up within three of them, then
- * consuming resumes on a fresh one. Real time, bounded: a heartbeat is the broker's and the
- * socket's.
+ * broker for its heartbeat, and a black-holed connection is stalled (readiness fails) once one is
+ * overdue, given up within three of them, then consuming resumes on a fresh one. Real time,
+ * bounded: a heartbeat is the broker's and the socket's.
  */
 import { createServer, type Server, type Socket } from "node:net"
 import { execFileSync } from "node:child_process"
@@ -12,23 +12,37 @@ import { Effect, Fiber, Layer, Logger, References, Schema } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { ensureVhosts, type OutMessage, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
 
 const TIMEOUT = 60_000
 
-/** A proxy to the broker; `blackHole` silences the connections it carries now. */
+/** One connection through the proxy: its two sockets, and what it does to their bytes. */
+interface Pair {
+  readonly client: Socket
+  readonly upstream: Socket
+  holed: boolean
+  /** Held while stalled, in order: the bytes each way, and the ends. */
+  stalled: Array<() => void> | undefined
+}
+
+/**
+ * A proxy to the broker; `blackHole` silences the connections it carries now, `stall` holds
+ * their bytes (and their ends) until `resume`, as a path that stalls and then delivers.
+ */
 const proxy = async () => {
-  const pairs: Array<{ client: Socket; upstream: Socket; holed: boolean }> = []
+  const pairs: Array<Pair> = []
   const server: Server = createServer((client) => {
     const upstream = new (client.constructor as typeof Socket)()
-    const pair = { client, upstream, holed: false }
+    const pair: Pair = { client, upstream, holed: false, stalled: undefined }
     pairs.push(pair)
     upstream.connect(5672, "127.0.0.1")
-    client.on("data", (chunk) => pair.holed || upstream.write(chunk))
-    upstream.on("data", (chunk) => pair.holed || client.write(chunk))
+    const carry = (step: () => void) =>
+      pair.holed ? undefined : pair.stalled ? pair.stalled.push(step) : step()
+    client.on("data", (chunk) => carry(() => upstream.write(chunk)))
+    upstream.on("data", (chunk) => carry(() => client.write(chunk)))
     for (const [from, to] of [[client, upstream], [upstream, client]] as const) {
       from.on("error", () => to.destroy())
-      from.on("close", () => to.destroy())
+      from.on("close", () => carry(() => to.end()))
     }
   })
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
@@ -40,6 +54,16 @@ const proxy = async () => {
       pairs.filter((p) => !p.upstream.destroyed).map((p) => p.upstream.localPort),
     blackHole: () => {
       for (const pair of pairs) pair.holed = true
+    },
+    stall: () => {
+      for (const pair of pairs) pair.stalled ??= []
+    },
+    resume: () => {
+      for (const pair of pairs) {
+        const held = pair.stalled ?? []
+        pair.stalled = undefined
+        for (const step of held) step()
+      }
     },
     close: () => {
       for (const { client, upstream } of pairs) client.destroy(), upstream.destroy()
@@ -60,17 +84,29 @@ const agreedHeartbeat = (peerPort: number): number | undefined => {
   return row === undefined ? undefined : Number(row[1])
 }
 
-const worker = (name: string) =>
+/** Runs of the handler, by task id. */
+type Runs = Map<string, number>
+
+const worker = (name: string, runs: Runs) =>
   Worker.make({
     name,
     input: Schema.Struct({ n: Schema.Number }),
     output: Schema.Struct({ n: Schema.Number }),
     timeout: "10 seconds",
-    handler: (input) => Effect.succeed({ n: input.n }),
+    handler: (input, ctx) =>
+      Effect.suspend(() => {
+        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
+        return Effect.as(Effect.sleep("200 millis"), { n: input.n })
+      }),
   })
 
 /** Runs a worker on `url` until stopped; its log lines, each with when it came. */
-const run = (name: string, url: string, overrides: Settings.SettingsOverrides = {}) => {
+const run = (
+  name: string,
+  url: string,
+  overrides: Settings.SettingsOverrides = {},
+  runs: Runs = new Map(),
+) => {
   const lines: Array<{ at: number; text: string }> = []
   const logger = Logger.make(({ message }) =>
     lines.push({
@@ -78,7 +114,7 @@ const run = (name: string, url: string, overrides: Settings.SettingsOverrides = 
       text: Array.isArray(message) ? message.join(" ") : String(message),
     })
   )
-  const definition = worker(name)
+  const definition = worker(name, runs)
   const settings = Settings.layer({ name, timeout: definition.timeout }, {
     brokerUrl: url,
     ...overrides,
@@ -136,8 +172,13 @@ describe("heartbeats on RabbitMQ", () => {
         await running.waitFor(/started in service mode/)
         const holedAt = Date.now()
         through.blackHole()
+        // Stalled, for readiness, once a whole heartbeat is overdue: read a quarter of one
+        // apart, so within one and a half after the last byte.
+        const stalled = await running.waitFor(/a heartbeat is overdue/)
         const lost = await running.waitFor(/was lost \(Heartbeat timeout\)/)
-        // Three heartbeats, and some slack for a busy machine's timers.
+        // Slack for a busy machine's timers; given up within three heartbeats.
+        expect(stalled.at - holedAt).toBeLessThan(1.5 * heartbeat * 1000 + 1500)
+        expect(stalled.at).toBeLessThanOrEqual(lost.at)
         expect(lost.at - holedAt).toBeLessThan(3 * heartbeat * 1000 + 1500)
         await running.waitFor(/Connected to the broker again/)
         broker.publish(`${name}_queue_in`, broker.envelope("after-the-hole", { n: 7 }))
@@ -154,4 +195,67 @@ describe("heartbeats on RabbitMQ", () => {
     },
     TIMEOUT,
   )
+
+  it(
+    "a path stalled past the confirm timeout, then delivering: the connection is given up, and no task gets more terminal messages than runs",
+    async () => {
+      const through = await proxy()
+      const name = uniqueName("stall")
+      const runs: Runs = new Map()
+      // No heartbeat: the overdue confirm alone finds the stall (10 s), before the path delivers
+      // what it held (12 s), the first attempts' results among it.
+      const running = run(name, through.url, { heartbeat: 0, concurrency: 5 }, runs)
+      const tasks = Array.from({ length: 40 }, (_, i) => `t-${i}`)
+      try {
+        await running.waitFor(/started in service mode/)
+        for (const [i, id] of tasks.entries()) {
+          broker.publish(`${name}_queue_in`, broker.envelope(id, { n: i }))
+        }
+        const out = await broker.readUntil(
+          `${name}_queue_out`,
+          (all) => all.filter((m) => m.type === "success").length >= 5,
+        )
+        through.stall()
+        await running.waitFor(/was lost \(a publish's confirm was overdue/, 15_000)
+        await new Promise((resolve) => setTimeout(resolve, 12_000 - 10_000))
+        through.resume()
+        const concluded = () => new Set(out.filter((m) => m.type === "success").map(taskOf))
+        out.push(
+          ...await broker.readUntil(
+            `${name}_queue_out`,
+            (more) =>
+              tasks.every((id) =>
+                concluded().has(id) || more.some((m) => taskOf(m) === id && m.type === "success")
+              ),
+            30_000,
+          ),
+        )
+        // What the stalled path still held reaches the queue after the resume: a moment for it.
+        await new Promise((resolve) => setTimeout(resolve, 1000))
+        out.push(...await broker.drain(`${name}_queue_out`))
+        const terminal = out.filter((m) => m.type === "success" || m.type === "failure")
+        const ids = terminal.map((m) => m.messageId)
+        console.log(
+          `stall: ${terminal.length} terminal messages for ${tasks.length} tasks, ${
+            [...runs.values()].reduce((a, b) => a + b, 0)
+          } runs; ${tasks.filter((id) => (runs.get(id) ?? 0) > 1).length} tasks run twice`,
+        )
+        expect(new Set(ids).size).toBe(ids.length)
+        for (const id of tasks) {
+          const copies = terminal.filter((m) => taskOf(m) === id).length
+          expect(copies, id).toBeGreaterThanOrEqual(1)
+          expect(copies, id).toBeLessThanOrEqual(runs.get(id) ?? 0)
+        }
+      } finally {
+        through.resume()
+        await running.stop()
+        await through.close()
+        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+      }
+    },
+    TIMEOUT,
+  )
 })
+
+/** The task id of a message on the output queue. */
+const taskOf = (message: OutMessage): string => JSON.parse(message.text).task_id

@@ -294,7 +294,7 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
           const ready = await get("/worker/ready")
           expect(ready.status).toBe(200)
           expect(JSON.parse(ready.text).components).toEqual({
-            broker: { status: "ok" },
+            broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
             draining: { status: "ok" },
             database: { status: "ok" },
           })

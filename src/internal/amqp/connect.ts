@@ -51,6 +51,31 @@ export const destroySocket = (model: unknown, why: Error): boolean => {
   return true
 }
 
+/** What of a connection's socket and tuning {@link hearing} reads. */
+export interface Hearing {
+  /** The bytes the broker has sent so far, heartbeats included. */
+  readonly bytesRead: () => number
+  /** The heartbeat the broker and amqplib agreed, in seconds (0: none). */
+  readonly heartbeatSeconds: number
+}
+
+/**
+ * How to tell whether the broker is still heard from: its socket's byte count and the heartbeat
+ * agreed in the handshake. Reaches into amqplib's connection (its socket and tuning); undefined
+ * if their shape differs.
+ */
+export const hearing = (model: unknown): Hearing | undefined => {
+  const connection = (model as {
+    connection?: { stream?: { bytesRead?: unknown }; heartbeat?: unknown }
+  })?.connection
+  const stream = connection?.stream
+  const heartbeatSeconds = connection?.heartbeat
+  if (typeof stream?.bytesRead !== "number" || typeof heartbeatSeconds !== "number") {
+    return undefined
+  }
+  return { bytesRead: () => stream.bytesRead as number, heartbeatSeconds }
+}
+
 /** Why the broker closed a connection during its handshake: Connection.Close's fields. */
 export interface CloseReason {
   readonly replyCode: number

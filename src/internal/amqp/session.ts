@@ -15,7 +15,7 @@ import { closeStep } from "./closing.ts"
 import type { Confirms, PublishChannel } from "./confirms.ts"
 import { type ConsumerChannel, type Consumers, consuming } from "./consumers.ts"
 import type { Current } from "./current.ts"
-import { destroySocket } from "./connect.ts"
+import { destroySocket, hearing } from "./connect.ts"
 import { connectError, declareError, invalidUrl, messageOf, redactUrl } from "./errors.ts"
 import { brokerUrls } from "./url.ts"
 
@@ -50,6 +50,8 @@ export interface Session {
   readonly returned: Set<string>
   /** A publish's confirm is overdue: the connection is given up, unless the broker blocks it. */
   readonly overdue: () => void
+  /** The node's URL, its password redacted. */
+  readonly node: string
 }
 
 export interface SessionOptions {
@@ -165,27 +167,95 @@ interface Losses {
 }
 
 /**
+ * What keeps a live connection from serving, each its own state while it lasts: the broker's
+ * resource alarm (`blocked`), then a broker not heard from (`stalled`). Readiness fails on either.
+ */
+interface Troubles {
+  blocked: boolean
+  silent: boolean
+}
+
+const liveStatus = (troubles: Troubles): ConnectionStatus =>
+  troubles.blocked ? "blocked" : troubles.silent ? "stalled" : "connected"
+
+/** Shows the live connection's troubles, unless it is no longer live (lost, or closed). */
+const showTroubles = (status: SubscriptionRef.SubscriptionRef<ConnectionStatus>, t: Troubles) =>
+  SubscriptionRef.update(
+    status,
+    (s) => (s === "connected" || s === "blocked" || s === "stalled" ? liveStatus(t) : s),
+  )
+
+/**
  * The broker's resource alarm (memory, disk): it stops reading publishes and says so
  * (`connection.blocked`), its own state, logged as such rather than read as a refusing queue.
  */
-const watchBlocking = (connection: Connection, node: string) =>
+const watchBlocking = (
+  connection: Connection,
+  node: string,
+  troubles: Troubles,
+  show: Effect.Effect<void>,
+) =>
   Effect.gen(function* () {
-    const log = Effect.runForkWith(yield* Effect.context<never>())
-    const state = { blocked: false }
+    const run = Effect.runForkWith(yield* Effect.context<never>())
     connection.on("blocked", (reason: unknown) => {
-      state.blocked = true
-      log(Effect.logWarning(
-        `The broker at ${node} blocks publishing, a resource alarm (${
-          String(reason)
-        }): publishes wait until it ends`,
+      troubles.blocked = true
+      run(Effect.andThen(
+        show,
+        Effect.logWarning(
+          `The broker at ${node} blocks publishing, a resource alarm (${
+            String(reason)
+          }): publishes wait until it ends`,
+        ),
       ))
     })
     connection.on("unblocked", () => {
-      state.blocked = false
-      log(Effect.logInfo(`The broker at ${node} takes publishes again: its resource alarm ended`))
+      troubles.blocked = false
+      run(Effect.andThen(
+        show,
+        Effect.logInfo(`The broker at ${node} takes publishes again: its resource alarm ended`),
+      ))
     })
-    return state
   })
+
+/**
+ * A broker with nothing else to send sends a heartbeat every half of one: no byte for a whole
+ * heartbeat means one is overdue, and the connection is `stalled` from then until a byte comes or
+ * amqplib gives the connection up, two to three heartbeats in. Read from the socket's byte count,
+ * a quarter of a heartbeat apart: nothing on the path of each frame.
+ */
+const watchSilence = (
+  connection: Connection,
+  node: string,
+  troubles: Troubles,
+  show: Effect.Effect<void>,
+) => {
+  const heard = hearing(connection)
+  if (heard === undefined || heard.heartbeatSeconds === 0) return Effect.void
+  const limit = heard.heartbeatSeconds * 1000
+  let bytes = heard.bytesRead()
+  let heardAt: number | undefined
+  const check = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    const read = heard.bytesRead()
+    if (heardAt === undefined || read !== bytes) {
+      bytes = read
+      heardAt = now
+    }
+    const silent = now - heardAt > limit
+    if (silent === troubles.silent) return Effect.void
+    troubles.silent = silent
+    return Effect.andThen(
+      show,
+      silent
+        ? Effect.logWarning(
+          `No byte from the broker at ${node} for ${heard.heartbeatSeconds} s: a heartbeat is overdue`,
+        )
+        : Effect.logInfo(`The broker at ${node} is heard from again`),
+    )
+  })
+  return Effect.asVoid(
+    Effect.forkScoped(Effect.repeat(check, Schedule.spaced(Duration.millis(limit / 4)))),
+  )
+}
 
 /** One connection's life, to `url`: returns when the connection is lost. */
 const session = (
@@ -204,13 +274,15 @@ const session = (
     connection.on("error", (error: unknown) => (failed ??= error))
     connection.on("close", lose)
     const node = redactUrl(url)
-    const blocking = yield* watchBlocking(connection, node)
+    const troubles: Troubles = { blocked: false, silent: false }
+    const show = showTroubles(options.status, troubles)
+    yield* watchBlocking(connection, node, troubles, show)
     // Published again on this channel, a message whose confirm is overdue could arrive twice: the
     // connection is presumed dead and given up (the broker requeues what it held), unless the
     // broker said it blocks publishing, which only its alarm's end cures.
     // Once per connection: the confirms overdue together each tell it.
     const overdue = () => {
-      if (blocking.blocked || failed !== undefined) return
+      if (troubles.blocked || failed !== undefined) return
       failed = new Error("a publish's confirm was overdue, so the connection was given up")
       if (!destroySocket(connection, failed as Error)) lose()
     }
@@ -228,8 +300,9 @@ const session = (
     } else {
       yield* consumeOn(channel, declaringOut, ended, options)
     }
-    options.current.set({ publisher, returned, overdue })
-    yield* SubscriptionRef.set(options.status, "connected")
+    options.current.set({ publisher, returned, overdue, node })
+    yield* SubscriptionRef.set(options.status, liveStatus(troubles))
+    yield* watchSilence(connection, node, troubles, show)
     const now = yield* Clock.currentTimeMillis
     if (losses.lostAt === undefined) {
       // The startup line names the broker's URL: with several nodes, this one says which.

@@ -37,7 +37,7 @@ import { timeoutDetached } from "../detach.ts"
 import { layerMemoryTrial } from "../memory/trial.ts"
 import { watchHandlers } from "./handlerWatch.ts"
 import * as Hooks from "./hooks.ts"
-import { type Observed, probesOf } from "./probes.ts"
+import { type Observed, type ObservedConnection, probesOf } from "./probes.ts"
 import { runShutdownHooks } from "./shutdownHooks.ts"
 import { LifeState } from "./state.ts"
 
@@ -136,9 +136,7 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
       settings,
       state: yield* Ref.make<LifecycleState>(LifeState.Starting()),
       handlers: watch,
-      connection: yield* Ref.make(
-        Option.none<SubscriptionRef.SubscriptionRef<ConnectionStatus>>(),
-      ),
+      connection: yield* Ref.make(Option.none<ObservedConnection>()),
       versionFile: options.versionFile,
     }
     const probes = probesOf(observed, context)
@@ -198,7 +196,7 @@ const transportStep = (options: LifeOptions) => {
     Effect.gen(function* () {
       const transport = yield* Transport
       const life = yield* CurrentLife
-      yield* Ref.set(life.connection, Option.some(transport.status))
+      yield* Ref.set(life.connection, Option.some(transport))
       // Done taking: no longer ready, while the last tasks finish.
       return JobMode.intake(transport, life.settings, beginDraining(life))
     }),

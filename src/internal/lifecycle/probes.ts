@@ -9,12 +9,15 @@ import type * as Probes from "../../Probes.ts"
 import * as Prometheus from "../../Prometheus.ts"
 import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import type { WorkerSettings } from "../../Settings.ts"
-import type { ConnectionStatus } from "../../Transport.ts"
+import type { ConnectionStatus, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import { ProbeError } from "../../WorkerError.ts"
 import { VERSION } from "../version.ts"
 import * as Hooks from "./hooks.ts"
 import type { HandlerWatch } from "./handlerWatch.ts"
+
+/** What readiness reads of the transport: its status, and the node it names. */
+export type ObservedConnection = Pick<Transport["Service"], "status" | "node">
 
 /** What the probes read of a life. */
 export interface Observed<R> {
@@ -22,12 +25,30 @@ export interface Observed<R> {
   readonly settings: WorkerSettings
   readonly state: Ref.Ref<LifecycleState>
   readonly handlers: HandlerWatch
-  /** The transport's status, once it is built. */
-  readonly connection: Ref.Ref<Option.Option<SubscriptionRef.SubscriptionRef<ConnectionStatus>>>
+  /** The transport, once it is built. */
+  readonly connection: Ref.Ref<Option.Option<ObservedConnection>>
   readonly versionFile: string | undefined
 }
 
 const notReady = (message: string) => Effect.fail(new ProbeError({ message }))
+
+const STATUS_TEXT: Record<Exclude<ConnectionStatus, "connected">, string> = {
+  connecting: "is connecting",
+  blocked: "is blocked by a resource alarm of the broker",
+  stalled: "is stalled: a heartbeat is overdue",
+  disconnected: "is lost: reconnecting",
+  closed: "is closed",
+}
+
+/** Ready while connected, naming the node; else why not. */
+const brokerCheck = (connection: ObservedConnection): Effect.Effect<string | void, ProbeError> =>
+  Effect.gen(function* () {
+    const status = yield* SubscriptionRef.get(connection.status)
+    const node = connection.node === undefined ? undefined : yield* connection.node
+    if (status === "connected") return node
+    const where = node === undefined ? "" : ` to ${node}`
+    return yield* notReady(`the broker connection${where} ${STATUS_TEXT[status]}`)
+  })
 
 /** The readiness components: the SDK's own (`broker`, `draining`), then the worker's probes. */
 const readiness = <R>(
@@ -40,12 +61,7 @@ const readiness = <R>(
       Ref.get(life.connection),
       Option.match({
         onNone: () => notReady("not connected yet"),
-        onSome: (connection) =>
-          Effect.flatMap(
-            SubscriptionRef.get(connection),
-            (status) =>
-              status === "connected" ? Effect.void : notReady(`the broker connection is ${status}`),
-          ),
+        onSome: brokerCheck,
       }),
     ),
   },

@@ -46,7 +46,8 @@ export const evaluateReadiness = (
       // Not `Effect.timeout*`, which would wait for a check that refuses interruption.
       timeoutDetached(
         Effect.matchCause(component.check, {
-          onSuccess: (): ComponentStatus => ({ status: "ok" }),
+          onSuccess: (detail): ComponentStatus =>
+            typeof detail === "string" ? { status: "ok", detail } : { status: "ok" },
           onFailure: (cause): ComponentStatus => ({
             status: "error",
             message: describeFailure(cause),

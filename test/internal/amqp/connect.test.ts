@@ -14,6 +14,7 @@ import {
   closeReasonOf,
   coalesceWrites,
   connect,
+  hearing,
   keepCloseReasons,
   patchHandshake,
 } from "../../../src/internal/amqp/connect.ts"
@@ -86,6 +87,31 @@ describe("coalesceWrites on amqplib's connection", () => {
     const model = { connection: { muxer: { _readIncoming: () => {}, out: {} } } }
     expect(coalesceWrites(model as unknown as Amqp.ChannelModel)).toBe(false)
     expect(Object.keys(model.connection.muxer)).toEqual(["_readIncoming", "out"])
+  })
+})
+
+describe("hearing on amqplib's connection", () => {
+  it(
+    "reads the heartbeat agreed and the bytes the broker sent, which grow with each reply",
+    async () => {
+      const model = await connect(`${urlFor(CLASSIC_VHOST)}?heartbeat=7`)
+      try {
+        const heard = hearing(model)
+        expect(heard?.heartbeatSeconds).toBe(7)
+        const before = heard!.bytesRead()
+        expect(before).toBeGreaterThan(0)
+        expect(await roundTrip(model)).toBe(10)
+        expect(heard!.bytesRead()).toBeGreaterThan(before)
+      } finally {
+        await model.close()
+      }
+    },
+    30_000,
+  )
+
+  it("a connection of another shape is not read", () => {
+    expect(hearing({ connection: { stream: {}, heartbeat: 10 } })).toBeUndefined()
+    expect(hearing({})).toBeUndefined()
   })
 })
 

@@ -169,9 +169,14 @@ export class FakeConnection extends EventEmitter {
     return Promise.resolve()
   }
 
-  /** amqplib's connection inside its model: the socket the session destroys to give it up. */
+  /**
+   * amqplib's connection inside its model: the socket the session destroys to give it up and
+   * reads the bytes of, and the heartbeat agreed (none unless a test sets one).
+   */
   readonly connection = {
+    heartbeat: undefined as number | undefined,
     stream: {
+      bytesRead: 0,
       destroy: (error?: Error) => {
         this.log.push("connection.stream.destroy")
         this.emit("error", error)

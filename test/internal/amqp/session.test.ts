@@ -170,9 +170,11 @@ describe("Session", () => {
       yield* eventually(() => status() === "connected")
       // A resource alarm: overdue confirms are the alarm's, and the connection is kept.
       first.emit("blocked", "low on memory")
+      yield* eventually(() => status() === "blocked")
       current.now!.overdue()
       expect(first.log).not.toContain("connection.stream.destroy")
       first.emit("unblocked")
+      yield* eventually(() => status() === "connected")
       current.now!.overdue()
       expect(first.log).toContain("connection.stream.destroy")
       yield* eventually(() => current.now?.publisher === second.publisher)
@@ -181,6 +183,38 @@ describe("Session", () => {
         "WARN The broker at amqp://fake blocks publishing, a resource alarm (low on memory): publishes wait until it ends",
         "INFO The broker at amqp://fake takes publishes again: its resource alarm ended",
         "WARN The broker connection to amqp://fake was lost (a publish's confirm was overdue, so the connection was given up): reconnecting",
+      ]))
+    }))
+
+  it.effect("a broker not heard from for a whole heartbeat shows the connection stalled, until a byte comes", () =>
+    Effect.gen(function* () {
+      const logs = captureLogs()
+      const connection = new FakeConnection()
+      connection.connection.heartbeat = 2
+      const { status, current } = yield* sessions([connection]).pipe(Effect.provide(logs.layer))
+      yield* eventually(() => status() === "connected")
+      // Bytes a second apart: heard from, however long it runs.
+      for (let second = 1; second <= 4; second++) {
+        connection.connection.stream.bytesRead += 8
+        yield* TestClock.adjust("1 second")
+      }
+      // Read a quarter of a heartbeat apart: the last byte seen at 3.5 s, overdue past 5.5 s.
+      yield* TestClock.adjust("1500 millis")
+      expect(status()).toBe("connected")
+      yield* TestClock.adjust("1 second")
+      expect(status()).toBe("stalled")
+      expect(current.now?.publisher).toBe(connection.publisher)
+      connection.connection.stream.bytesRead += 8
+      yield* TestClock.adjust("500 millis")
+      expect(status()).toBe("connected")
+      // Lost while stalled: the loss is what shows.
+      yield* TestClock.adjust("2500 millis")
+      expect(status()).toBe("stalled")
+      connection.lose(new Error("Heartbeat timeout"))
+      yield* eventually(() => status() === "disconnected")
+      expect(logs.lines.map((l) => `${l.level} ${l.message}`)).toEqual(expect.arrayContaining([
+        "WARN No byte from the broker at amqp://fake for 2 s: a heartbeat is overdue",
+        "INFO The broker at amqp://fake is heard from again",
       ]))
     }))
 
