@@ -14,11 +14,10 @@
 import process from "node:process"
 import { Effect, References } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
-import { connectionLoad, loadWorker, pressFresh, start } from "../test/support/probes.ts"
+import { nextTurn } from "../test/support/logs.ts"
+import { connectionLoad, dropAll, loadWorker, pressFresh, start } from "../test/support/probes.ts"
 
 const ROUNDS = Number(process.argv[2] ?? 8)
-
-const nextTurn = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
 
 /**
  * Tasks settled per second of real time, 4 at a time. Each submitter gives the event loop a turn
@@ -54,7 +53,7 @@ const program = Effect.gen(function* () {
   const { port } = yield* start()
   const load = yield* connectionLoad(port)
   let held = 0
-  const alone = Effect.andThen(load.close, measure)
+  const alone = Effect.andThen(dropAll(load), measure)
   const loaded = Effect.gen(function* () {
     yield* pressFresh(load)
     const rate = yield* measure

@@ -147,7 +147,7 @@ export const make = (
       setCapacity: consumers.setCapacity,
       stopIntake: consumers.stopIntake,
       status,
-      node: Effect.sync(() => current.now?.node),
+      node: Effect.sync(() => current.last?.node),
       readyCount: Effect.flatMap(
         Effect.mapError(
           sessionNow,

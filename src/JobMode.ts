@@ -9,7 +9,7 @@
 import { Clock, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
 import type { WorkerSettings } from "./Settings.ts"
 import type { ConnectionStatus, Delivery } from "./Transport.ts"
-import { Transport } from "./Transport.ts"
+import { isLive, Transport } from "./Transport.ts"
 import { BrokerUnreachable } from "./WorkerError.ts"
 
 /**
@@ -83,7 +83,8 @@ export const awaitIdle = (
   })
 
 /**
- * Fails once the connection has been other than `connected` for `timeout` without a break.
+ * Fails once the connection has been down (not {@link isLive}) for `timeout` without a break: a
+ * resource alarm or a stall, which readiness fails on, is not the broker out of reach.
  *
  * @since 0.1.0
  * @category combinators
@@ -93,9 +94,7 @@ export const failWhenUnreachable = (
   timeout: Duration.Duration,
 ): Effect.Effect<never, BrokerUnreachable> =>
   SubscriptionRef.changes(status).pipe(
-    Stream.switchMap((s) =>
-      s === "connected" ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))
-    ),
+    Stream.switchMap((s) => isLive(s) ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))),
     Stream.runHead,
     Effect.andThen(Effect.fail(new BrokerUnreachable({ after: timeout }))),
   )

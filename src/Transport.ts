@@ -122,6 +122,16 @@ export type ConnectionStatus =
   | "closed"
 
 /**
+ * Whether the connection is up, serving or not: `connected`, or `blocked` or `stalled` (which
+ * readiness fails on, but which are no broker out of reach: a job does not give up on them).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export const isLive = (status: ConnectionStatus): boolean =>
+  status === "connected" || status === "blocked" || status === "stalled"
+
+/**
  * A broker connection as the engine uses it.
  *
  * @since 0.1.0
@@ -150,7 +160,10 @@ export class Transport extends Context.Service<Transport, {
   readonly stopIntake: Effect.Effect<void>
   /** The connection's state, for readiness. */
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
-  /** The broker node connected to, its password redacted, if any: readiness names it. */
+  /**
+   * The broker node connected to, or last connected to, its password redacted: readiness names
+   * it (since 0.2.0).
+   */
   readonly node?: Effect.Effect<string | undefined> | undefined
   /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
   readonly readyCount?: Effect.Effect<number, TransportError> | undefined

@@ -8,7 +8,7 @@
 import { type Context, Effect, Metric, Stream, SubscriptionRef } from "effect"
 import type { Outcome } from "./Decision.ts"
 import type { MessageType, PoisonReason } from "./Protocol.ts"
-import type { ConnectionStatus } from "./Transport.ts"
+import { type ConnectionStatus, isLive } from "./Transport.ts"
 
 /**
  * A counter labelled by one key, as a factory of one series per label value, each made once.
@@ -204,13 +204,14 @@ const POISON_REASONS = valuesOf<PoisonReason | "invalid_envelope">({
 const PROGRESS_DROP_REASONS = ["invalid", "regressed", "superseded", "concluded", "publish_failed"]
 
 /**
- * The broker connection's state: 1 for the `state` it is in (`connecting`, `connected`,
- * `blocked`, `stalled`, `disconnected`, `closed`), 0 for the others. Set by {@link followConnection}.
+ * The workers' broker connections in each `state` (`connecting`, `connected`, `blocked`,
+ * `stalled`, `disconnected`): a worker's connection counts 1 in the state it is in, and none once
+ * its transport is closed. Set by {@link followConnection}.
  *
  * @since 0.2.0
  * @category metrics
  */
-export const brokerConnection = (state: ConnectionStatus): Metric.Gauge<number> =>
+export const brokerConnection = (state: GaugedState): Metric.Gauge<number> =>
   connectionGauges[state]
 
 /**
@@ -223,28 +224,32 @@ export const brokerReconnects = Metric.counter("worker_broker_reconnects_total",
   description: "Broker connections made again after a loss",
 })
 
-const CONNECTION_STATES = valuesOf<ConnectionStatus>({
+/** The states a connection is counted in: a closed transport has no connection. */
+type GaugedState = Exclude<ConnectionStatus, "closed">
+
+const GAUGED_STATES = valuesOf<GaugedState>({
   connecting: null,
   connected: null,
   blocked: null,
   stalled: null,
   disconnected: null,
-  closed: null,
 })
 
-const connectionGauges = Object.fromEntries(CONNECTION_STATES.map((state) => [
+const connectionGauges = Object.fromEntries(GAUGED_STATES.map((state) => [
   state,
   Metric.withAttributes(
     Metric.gauge("worker_broker_connection", {
-      description: "The broker connection's state: 1 for the one it is in",
+      description: "Broker connections in each state (a worker has one)",
     }),
     { state },
   ),
-])) as Record<ConnectionStatus, Metric.Gauge<number>>
+])) as Record<GaugedState, Metric.Gauge<number>>
 
 /**
  * Follows `status` into {@link brokerConnection} and {@link brokerReconnects}, for as long as it
- * runs: a connection live again after a loss is a reconnect, whatever its state (`blocked` too).
+ * runs: each change moves the connection's count from one state to the next (so that the workers
+ * of one process add up), and its end takes it away. A connection up again after a loss is a
+ * reconnect, whatever its state (`blocked` too).
  *
  * @since 0.2.0
  * @category metrics
@@ -252,20 +257,27 @@ const connectionGauges = Object.fromEntries(CONNECTION_STATES.map((state) => [
 export const followConnection = (
   status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
 ): Effect.Effect<void> => {
+  let counted: GaugedState | undefined
   let lost = false
+  const countIn = (state: ConnectionStatus) =>
+    Effect.gen(function* () {
+      if (counted !== undefined) yield* Metric.modify(connectionGauges[counted], -1)
+      counted = state === "closed" ? undefined : state
+      if (counted !== undefined) yield* Metric.modify(connectionGauges[counted], 1)
+    })
   return SubscriptionRef.changes(status).pipe(
     Stream.runForEach((state) =>
       Effect.gen(function* () {
-        for (const other of CONNECTION_STATES) {
-          yield* Metric.update(connectionGauges[other], other === state ? 1 : 0)
-        }
+        if (state === counted) return
+        yield* countIn(state)
         if (state === "disconnected") lost = true
-        else if (lost && state !== "connecting" && state !== "closed") {
+        else if (lost && isLive(state)) {
           lost = false
           yield* Metric.update(brokerReconnects, 1)
         }
       })
     ),
+    Effect.ensuring(Effect.suspend(() => countIn("closed"))),
   )
 }
 
@@ -281,7 +293,7 @@ const known = (): ReadonlyArray<Metric.Metric<never, unknown>> => [
   tasksInFlight,
   shutdownRequeued,
   ...PROGRESS_DROP_REASONS.map(progressDropped),
-  ...CONNECTION_STATES.map(brokerConnection),
+  ...GAUGED_STATES.map(brokerConnection),
   brokerReconnects,
 ]
 

@@ -1,9 +1,10 @@
 /**
  * Heartbeats on the real RabbitMQ, through a TCP proxy of the test's own that can black-hole the
  * connections it carries (their sockets stay open, no byte goes through): the worker asks the
- * broker for its heartbeat, and a black-holed connection is stalled (readiness fails) once one is
- * overdue, given up within three of them, then consuming resumes on a fresh one. Real time,
- * bounded: a heartbeat is the broker's and the socket's.
+ * broker for its heartbeat, and a black-holed connection is stalled once one is overdue (its log
+ * says so; readiness fails on it, test/Lifecycle.test.ts), given up within three of them, then
+ * consuming resumes on a fresh one. Real time, bounded: a heartbeat is the broker's and the
+ * socket's.
  */
 import { createServer, type Server, type Socket } from "node:net"
 import { execFileSync } from "node:child_process"
@@ -21,6 +22,8 @@ interface Pair {
   readonly client: Socket
   readonly upstream: Socket
   holed: boolean
+  /** Whether it was ever stalled. */
+  wasStalled: boolean
   /** Held while stalled, in order: the bytes each way, and the ends. */
   stalled: Array<() => void> | undefined
 }
@@ -33,7 +36,7 @@ const proxy = async () => {
   const pairs: Array<Pair> = []
   const server: Server = createServer((client) => {
     const upstream = new (client.constructor as typeof Socket)()
-    const pair: Pair = { client, upstream, holed: false, stalled: undefined }
+    const pair: Pair = { client, upstream, holed: false, wasStalled: false, stalled: undefined }
     pairs.push(pair)
     upstream.connect(5672, "127.0.0.1")
     const carry = (step: () => void) =>
@@ -42,7 +45,7 @@ const proxy = async () => {
     upstream.on("data", (chunk) => carry(() => client.write(chunk)))
     for (const [from, to] of [[client, upstream], [upstream, client]] as const) {
       from.on("error", () => to.destroy())
-      from.on("close", () => carry(() => to.end()))
+      from.on("close", () => (pair.holed ? to.destroy() : carry(() => to.end())))
     }
   })
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
@@ -56,8 +59,13 @@ const proxy = async () => {
       for (const pair of pairs) pair.holed = true
     },
     stall: () => {
-      for (const pair of pairs) pair.stalled ??= []
+      for (const pair of pairs) {
+        pair.stalled ??= []
+        pair.wasStalled = true
+      }
     },
+    /** Whether every connection ever stalled has ended, on the broker's side too. */
+    stalledEnded: () => pairs.every((p) => !p.wasStalled || p.upstream.destroyed),
     resume: () => {
       for (const pair of pairs) {
         const held = pair.stalled ?? []
@@ -230,8 +238,15 @@ describe("heartbeats on RabbitMQ", () => {
             30_000,
           ),
         )
-        // What the stalled path still held reaches the queue after the resume: a moment for it.
-        await new Promise((resolve) => setTimeout(resolve, 1000))
+        // What the stalled path held reaches the broker before the end it held last: once that
+        // has closed the broker's side, every late copy is on the queue (confirmed by then:
+        // the broker confirms a quorum queue's publish once it holds it).
+        const deadline = Date.now() + 20_000
+        while (!through.stalledEnded() && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 50))
+        }
+        expect(through.stalledEnded()).toBe(true)
+        await new Promise((resolve) => setTimeout(resolve, 500))
         out.push(...await broker.drain(`${name}_queue_out`))
         const terminal = out.filter((m) => m.type === "success" || m.type === "failure")
         const ids = terminal.map((m) => m.messageId)

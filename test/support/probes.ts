@@ -68,11 +68,22 @@ export const connectionLoad = (port: number) =>
     ({ child }) => Effect.sync(() => void child.kill("SIGKILL")),
   )
 
-/** Drops the load's connections, then makes fresh ones: the server gives each at most 5 s. */
-export const pressFresh = (load: Effect.Success<ReturnType<typeof connectionLoad>>) =>
+type ConnectionLoad = Effect.Success<ReturnType<typeof connectionLoad>>
+
+/** Drops the load's connections, and waits until they are gone. */
+export const dropAll = (load: ConnectionLoad) =>
+  Effect.andThen(
+    load.close,
+    waitForReal(() => load.state.open === 0, 5000, "the connections are dropped"),
+  )
+
+/**
+ * Drops the load's connections, then makes fresh ones (the server gives each at most 5 s), and
+ * waits until the server holds exactly 32 of them: the bound.
+ */
+export const pressFresh = (load: ConnectionLoad) =>
   Effect.gen(function* () {
-    yield* load.close
-    yield* waitForReal(() => load.state.open === 0, 5000, "the connections are dropped")
+    yield* dropAll(load)
     yield* load.open
     yield* waitForReal(() => load.state.open === 32, 5000, "the server holds 32 connections")
   })

@@ -8,11 +8,17 @@ import { Effect } from "effect"
 
 export class Current<A> {
   private value: A | undefined = undefined
+  private latest: A | undefined = undefined
   private readonly waiting = new Set<(value: A) => void>()
 
   /** The value now, if there is one. */
   get now(): A | undefined {
     return this.value
+  }
+
+  /** The value held last, cleared or not: what readiness names after a loss. */
+  get last(): A | undefined {
+    return this.latest
   }
 
   /** The value now, or the next one set: a wait that is interrupted is forgotten. */
@@ -28,6 +34,7 @@ export class Current<A> {
   /** Holds `value`, and hands it to every wait. */
   set(value: A): void {
     this.value = value
+    this.latest = value
     const waiting = [...this.waiting]
     this.waiting.clear()
     for (const waiter of waiting) waiter(value)

@@ -9,7 +9,7 @@
 import type * as Amqp from "amqplib"
 import { Clock, Deferred, Duration, Effect, Random, Schedule, SubscriptionRef } from "effect"
 import type { Scope } from "effect"
-import type { ConnectionStatus } from "../../Transport.ts"
+import { type ConnectionStatus, isLive } from "../../Transport.ts"
 import type { TransportError } from "../../WorkerError.ts"
 import { closeStep } from "./closing.ts"
 import type { Confirms, PublishChannel } from "./confirms.ts"
@@ -180,10 +180,7 @@ const liveStatus = (troubles: Troubles): ConnectionStatus =>
 
 /** Shows the live connection's troubles, unless it is no longer live (lost, or closed). */
 const showTroubles = (status: SubscriptionRef.SubscriptionRef<ConnectionStatus>, t: Troubles) =>
-  SubscriptionRef.update(
-    status,
-    (s) => (s === "connected" || s === "blocked" || s === "stalled" ? liveStatus(t) : s),
-  )
+  SubscriptionRef.update(status, (s) => (isLive(s) ? liveStatus(t) : s))
 
 /**
  * The broker's resource alarm (memory, disk): it stops reading publishes and says so
@@ -230,7 +227,12 @@ const watchSilence = (
   show: Effect.Effect<void>,
 ) => {
   const heard = hearing(connection)
-  if (heard === undefined || heard.heartbeatSeconds === 0) return Effect.void
+  if (heard === undefined) {
+    return Effect.logWarning(
+      "amqplib's connection is not of the shape known (its socket, its heartbeat): a silent broker is seen only once amqplib gives it up",
+    )
+  }
+  if (heard.heartbeatSeconds === 0) return Effect.void
   const limit = heard.heartbeatSeconds * 1000
   let bytes = heard.bytesRead()
   let heardAt: number | undefined
@@ -301,7 +303,10 @@ const session = (
       yield* consumeOn(channel, declaringOut, ended, options)
     }
     options.current.set({ publisher, returned, overdue, node })
-    yield* SubscriptionRef.set(options.status, liveStatus(troubles))
+    yield* SubscriptionRef.update(
+      options.status,
+      (s) => (s === "closed" ? s : liveStatus(troubles)),
+    )
     yield* watchSilence(connection, node, troubles, show)
     const now = yield* Clock.currentTimeMillis
     if (losses.lostAt === undefined) {
@@ -324,7 +329,8 @@ const session = (
           options.consumers.detach()
           options.current.clear()
         }),
-        SubscriptionRef.update(options.status, (s) => (s === "closed" ? s : "disconnected")),
+        // A failed attempt leaves the status as it was: `connecting` until the first connection.
+        SubscriptionRef.update(options.status, (s) => (isLive(s) ? "disconnected" : s)),
       ),
     ),
     Effect.scoped,

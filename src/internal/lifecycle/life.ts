@@ -27,7 +27,7 @@ import * as ProcessModule from "../../Process.ts"
 import { Process } from "../../Process.ts"
 import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import * as Settings from "../../Settings.ts"
-import { type ConnectionStatus, Transport } from "../../Transport.ts"
+import { type ConnectionStatus, isLive, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import { StartupHookError, type TransportError } from "../../WorkerError.ts"
 import * as WorkerLogger from "../../WorkerLogger.ts"
@@ -260,14 +260,17 @@ const shutdown = <A, I, O, R>(
   })
 }
 
-/** Completes once the transport is connected; fails at once if the worker fails first. */
+/**
+ * Completes once the transport is connected (up, if blocked or stalled already); fails at once if
+ * the worker fails first.
+ */
 const awaitConnected = (
   status: SubscriptionRef.SubscriptionRef<ConnectionStatus>,
   running: WorkerProgram.RunningWorker,
 ): Effect.Effect<void, ConsumingError> =>
   Effect.raceFirst(
     SubscriptionRef.changes(status).pipe(
-      Stream.takeUntil((s) => s === "connected"),
+      Stream.takeUntil(isLive),
       Stream.runDrain,
     ),
     Effect.andThen(running.await, Effect.never),

@@ -171,10 +171,10 @@ export class FakeConnection extends EventEmitter {
 
   /**
    * amqplib's connection inside its model: the socket the session destroys to give it up and
-   * reads the bytes of, and the heartbeat agreed (none unless a test sets one).
+   * reads the bytes of, and the heartbeat agreed (0, none, unless a test sets one).
    */
   readonly connection = {
-    heartbeat: undefined as number | undefined,
+    heartbeat: 0,
     stream: {
       bytesRead: 0,
       destroy: (error?: Error) => {

@@ -190,8 +190,11 @@ describe("Session", () => {
     Effect.gen(function* () {
       const logs = captureLogs()
       const connection = new FakeConnection()
+      // Asked 10 s, agreed 2 s: the agreed one is the broker's pace.
       connection.connection.heartbeat = 2
-      const { status, current } = yield* sessions([connection]).pipe(Effect.provide(logs.layer))
+      const { status, current } = yield* sessions([connection], "amqp://fake", 10).pipe(
+        Effect.provide(logs.layer),
+      )
       yield* eventually(() => status() === "connected")
       // Bytes a second apart: heard from, however long it runs.
       for (let second = 1; second <= 4; second++) {
@@ -207,15 +210,42 @@ describe("Session", () => {
       connection.connection.stream.bytesRead += 8
       yield* TestClock.adjust("500 millis")
       expect(status()).toBe("connected")
-      // Lost while stalled: the loss is what shows.
+      // Lost while stalled: the loss is what shows. A resource alarm shows over a stall.
       yield* TestClock.adjust("2500 millis")
       expect(status()).toBe("stalled")
+      connection.emit("blocked", "low on memory")
+      yield* eventually(() => status() === "blocked")
+      connection.emit("unblocked")
+      yield* eventually(() => status() === "stalled")
       connection.lose(new Error("Heartbeat timeout"))
       yield* eventually(() => status() === "disconnected")
       expect(logs.lines.map((l) => `${l.level} ${l.message}`)).toEqual(expect.arrayContaining([
         "WARN No byte from the broker at amqp://fake for 2 s: a heartbeat is overdue",
         "INFO The broker at amqp://fake is heard from again",
       ]))
+    }))
+
+  it.effect("no heartbeat agreed, no stall: a silent broker is left to the confirms", () =>
+    Effect.gen(function* () {
+      const connection = new FakeConnection()
+      connection.connection.heartbeat = 0
+      const { status } = yield* sessions([connection], "amqp://fake", 10)
+      yield* eventually(() => status() === "connected")
+      yield* TestClock.adjust("10 minutes")
+      expect(status()).toBe("connected")
+    }))
+
+  it.effect("a resource alarm as the connection opens: blocked from its first status on", () =>
+    Effect.gen(function* () {
+      const connection = new FakeConnection()
+      // Before the queues are declared, the broker says it blocks publishing.
+      connection.publisher.holding.add("assertQueue")
+      const { status } = yield* sessions([connection])
+      yield* eventually(() => connection.log.includes("publisher.assertQueue out durable"))
+      connection.emit("blocked", "low on disk")
+      connection.publisher.release()
+      yield* eventually(() => status() !== "connecting")
+      expect(status()).toBe("blocked")
     }))
 
   it("asks the heartbeat in the URL's query, unless the URL asks its own", () => {
