@@ -255,7 +255,8 @@ export const killAllWorkers = (): void => {
   }
 }
 
-interface WorkerProcess {
+/** A worker process of the suite (the cluster suite starts its own with `spawnWorker`). */
+export interface WorkerProcess {
   readonly record: WorkerRecord
   readonly child: ChildProcess
   readonly exited: Promise<{ code: number | null; signal: string | null; at: number }>
@@ -265,7 +266,8 @@ interface WorkerProcess {
   readonly port: () => number | undefined
 }
 
-const spawnWorker = (
+/** Starts a worker process of the chaos fixture through the CLI. */
+export const spawnWorker = (
   label: string,
   runtime: Runtime,
   env: Record<string, string>,
@@ -355,7 +357,7 @@ const spawnWorker = (
 }
 
 /** The worker's `worker_tasks_in_flight` gauge, or undefined when its probe does not answer. */
-const inFlightOf = async (worker: WorkerProcess): Promise<number | undefined> => {
+export const inFlightOf = async (worker: WorkerProcess): Promise<number | undefined> => {
   const port = worker.port()
   if (port === undefined || !worker.running()) return undefined
   try {
@@ -385,7 +387,8 @@ interface Terminal {
   readonly code: string | undefined
 }
 
-const publishTasks = async (
+/** Publishes `envelopes` on `queue` with confirms, 500 at a time. */
+export const publishTasks = async (
   url: string,
   queue: string,
   envelopes: ReadonlyArray<string>,
