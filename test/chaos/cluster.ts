@@ -38,7 +38,7 @@ import {
   queueStates,
 } from "./cluster-nodes.ts"
 import { type FaultProxy, startProxy } from "./fault-proxy.ts"
-import { ROOT, type Runtime } from "../support/runtimes.ts"
+import type { Runtime } from "../support/runtimes.ts"
 
 const VHOST = "cluster-chaos"
 const IN_QUEUE = "chaos-cluster_queue_in"
