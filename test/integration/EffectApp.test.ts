@@ -154,7 +154,7 @@ describe("the worker inside an Effect app", () => {
         // The drain, then the shutdown hooks, then the transport closed; the Database last.
         expect(events.indexOf("task short done")).toBeLessThan(events.indexOf("shutdown hook"))
         expect(events.slice(-2)).toEqual([
-          "broker: the broker connection is closed",
+          `broker: the broker connection to ${urlFor(QUORUM_VHOST, "***")} is closed`,
           "database closed",
         ])
         // The long task was requeued, not concluded: it waits in the queue for a worker.
