@@ -1,6 +1,7 @@
 /**
  * The `async-task-worker` command: `run <module>[:export]` loads a worker from a module and runs
- * it as the process. The entry point is `cli.ts`; this module is its testable logic.
+ * it as the process; `conformance` checks a running worker against the protocol. The entry point
+ * is `cli.ts`; this module is its testable logic.
  *
  * @since 0.1.0
  */
@@ -10,6 +11,7 @@ import { fileURLToPath, pathToFileURL } from "node:url"
 import { Effect, Result } from "effect"
 import { firstLine } from "./internal/describe.ts"
 import { VERSION } from "./internal/version.ts"
+import * as Conformance from "./Conformance.ts"
 import * as Lifecycle from "./Lifecycle.ts"
 import { type ExitCode, missingRead, Process } from "./Process.ts"
 import type * as Worker from "./WorkerDefinition.ts"
@@ -21,6 +23,7 @@ import type * as Worker from "./WorkerDefinition.ts"
  * @category constants
  */
 export const USAGE = `Usage: async-task-worker run <module>[:export] [--memory]
+       async-task-worker conformance --broker <url> --service <name> [options]
 
 Runs the worker exported by <module> (default export name: worker) until SIGTERM or SIGINT.
 The export is a worker made with Worker.make, or a function of no arguments returning one
@@ -35,7 +38,17 @@ Options:
 A TypeScript module runs as it is: Node (22.19 or later) strips its types, Deno reads it.
 
 Settings come from the environment (BROKER_URL, WORKER_CONCURRENCY, WORKER_MODE, ...).
-Exit codes: 0 clean stop, 1 failure, 2 configuration or usage error.`
+Exit codes: 0 clean stop, 1 failure, 2 configuration or usage error.
+
+conformance checks a worker of any SDK, running the conformance workload (docs/conformance.md)
+and consuming <name>_queue_in, against the protocol: a report line per rule.
+  --in-queue, --out-queue Q   the queues, if not <name>_queue_in and <name>_queue_out
+  --delivery-limit N          the worker's WORKER_DELIVERY_LIMIT (5)
+  --progress-interval S       its WORKER_PROGRESS_MIN_INTERVAL_S (1)
+  --timeout S                 its task time limit (2)
+  --management URL            RabbitMQ's management API, for the unacked count
+  --rabbitmqctl               the unacked count from rabbitmqctl, for a broker on this host
+Exit codes: 0 every rule passed, 1 a rule failed or was not observable, 2 usage or broker.`
 
 /**
  * What the command line asks for.
@@ -52,6 +65,12 @@ export type Invocation =
     readonly exportName: string
     readonly memory: boolean
   }
+  | {
+    readonly _tag: "Conformance"
+    readonly options: Omit<Conformance.ConformanceOptions, "unacked" | "log">
+    /** Where the unacked count comes from: the management API's URL, or rabbitmqctl. */
+    readonly unacked: { readonly management: string } | "rabbitmqctl" | undefined
+  }
 
 const EXPORT_NAME = /^[A-Za-z_$][\w$]*$/
 
@@ -66,7 +85,10 @@ export const parse = (argv: ReadonlyArray<string>): Result.Result<Invocation, st
   if (argv.some((a) => a === "-V" || a === "--version")) return Result.succeed({ _tag: "Version" })
   const [command, ...rest] = argv
   if (command === undefined) return Result.fail("missing command: expected run <module>")
-  if (command !== "run") return Result.fail(`unknown command "${command}": expected run`)
+  if (command === "conformance") return parseConformance(rest)
+  if (command !== "run") {
+    return Result.fail(`unknown command "${command}": expected run or conformance`)
+  }
   let memory = false
   const positional: Array<string> = []
   for (const arg of rest) {
@@ -90,6 +112,82 @@ export const parse = (argv: ReadonlyArray<string>): Result.Result<Invocation, st
     memory,
   })
 }
+
+/** The options of `conformance` that take a value, and what each sets. */
+const CONFORMANCE_VALUES = {
+  "--broker": "brokerUrl",
+  "--service": "service",
+  "--in-queue": "inQueue",
+  "--out-queue": "outQueue",
+  "--delivery-limit": "deliveryLimit",
+  "--progress-interval": "progressIntervalS",
+  "--timeout": "taskTimeoutS",
+  "--management": "management",
+} as const
+
+const NUMBERS = new Set(["deliveryLimit", "progressIntervalS", "taskTimeoutS"])
+
+const parseConformance = (args: ReadonlyArray<string>): Result.Result<Invocation, string> => {
+  const values: Record<string, string | number> = {}
+  let rabbitmqctl = false
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!
+    if (arg === "--rabbitmqctl") {
+      rabbitmqctl = true
+      continue
+    }
+    const key = CONFORMANCE_VALUES[arg as keyof typeof CONFORMANCE_VALUES]
+    if (key === undefined) return Result.fail(`unknown option "${arg}" of conformance`)
+    const value = args[++i]
+    if (value === undefined) return Result.fail(`${arg} needs a value`)
+    if (NUMBERS.has(key)) {
+      const n = Number(value)
+      if (!Number.isFinite(n) || n < 0) return Result.fail(`${arg} needs a number, not "${value}"`)
+      values[key] = n
+    } else values[key] = value
+  }
+  const { brokerUrl, service, management, ...rest } = values
+  if (typeof brokerUrl !== "string") return Result.fail("conformance needs --broker <url>")
+  if (typeof service !== "string") return Result.fail("conformance needs --service <name>")
+  return Result.succeed({
+    _tag: "Conformance",
+    options: { brokerUrl, service, ...rest },
+    unacked: typeof management === "string"
+      ? { management }
+      : rabbitmqctl
+      ? "rabbitmqctl"
+      : undefined,
+  })
+}
+
+/** The vhost of an AMQP URL: its path, or RabbitMQ's default. */
+const vhostOf = (url: string): string => decodeURIComponent(new URL(url).pathname.slice(1)) || "/"
+
+/** Runs the conformance kit, printing its report: 0 when every rule passed. */
+const conformance = (
+  invocation: Extract<Invocation, { _tag: "Conformance" }>,
+): Effect.Effect<ExitCode, never, Process> =>
+  Effect.gen(function* () {
+    const process = yield* Process
+    const { options, unacked } = invocation
+    const inQueue = options.inQueue ?? `${options.service}_queue_in`
+    const vhost = vhostOf(options.brokerUrl)
+    const report = yield* Effect.result(Conformance.check({
+      ...options,
+      unacked: unacked === undefined
+        ? undefined
+        : unacked === "rabbitmqctl"
+        ? Conformance.rabbitmqctlUnacked(vhost, inQueue)
+        : Conformance.managementUnacked(unacked.management, vhost, inQueue),
+      log: (line) => Effect.runSync(process.writeErr(line)),
+    }))
+    if (Result.isFailure(report)) {
+      yield* process.writeErr(`async-task-worker conformance: ${report.failure.message}`)
+      return 2
+    }
+    yield* process.writeOut(Conformance.format(report.success))
+    return report.success.passed ? 0 : 1
+  })
 
 const codeOf = (u: unknown): unknown => {
   try {
@@ -244,6 +342,8 @@ export const main: Effect.Effect<ExitCode, never, Process> = Effect.gen(function
     case "Version":
       yield* process.writeOut(VERSION)
       return 0
+    case "Conformance":
+      return yield* conformance(invocation.success)
     case "Run": {
       const { exportName, memory, module } = invocation.success
       const worker = yield* Effect.result(load(process.cwd, module, exportName))

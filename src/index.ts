@@ -6,6 +6,8 @@
 export * as AmqpTransport from "./AmqpTransport.ts"
 /** @since 0.1.0 */
 export * as Concurrency from "./Concurrency.ts"
+/** @since 0.2.0 */
+export * as Conformance from "./Conformance.ts"
 /** @since 0.1.0 */
 export * as Decision from "./Decision.ts"
 /** @since 0.1.0 */

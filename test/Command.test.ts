@@ -29,6 +29,59 @@ describe("Command", () => {
       }
     })
 
+    it("reads conformance's options, and says which one is wrong", () => {
+      expect(Command.parse([
+        "conformance",
+        "--broker",
+        "amqp://h/v",
+        "--service",
+        "ocr",
+        "--delivery-limit",
+        "3",
+        "--rabbitmqctl",
+      ])).toEqual(Result.succeed({
+        _tag: "Conformance",
+        options: { brokerUrl: "amqp://h/v", service: "ocr", deliveryLimit: 3 },
+        unacked: "rabbitmqctl",
+      }))
+      expect(
+        Command.parse([
+          "conformance",
+          "--broker",
+          "amqp://h",
+          "--service",
+          "s",
+          "--management",
+          "http://m",
+        ]),
+      ).toEqual(Result.succeed({
+        _tag: "Conformance",
+        options: { brokerUrl: "amqp://h", service: "s" },
+        unacked: { management: "http://m" },
+      }))
+      expect(Command.parse(["conformance", "--service", "s"])).toEqual(
+        Result.fail("conformance needs --broker <url>"),
+      )
+      expect(
+        Command.parse([
+          "conformance",
+          "--broker",
+          "amqp://h",
+          "--service",
+          "s",
+          "--timeout",
+          "soon",
+        ]),
+      )
+        .toEqual(Result.fail('--timeout needs a number, not "soon"'))
+      expect(Command.parse(["conformance", "--broker"])).toEqual(
+        Result.fail("--broker needs a value"),
+      )
+      expect(Command.parse(["conformance", "--verbose"])).toEqual(
+        Result.fail('unknown option "--verbose" of conformance'),
+      )
+    })
+
     it("runs a module's worker, by default the export named worker", () => {
       expect(Command.parse(["run", "./w.ts"])).toEqual(run("./w.ts"))
       expect(Command.parse(["run", "/srv/app/w.ts"])).toEqual(run("/srv/app/w.ts"))
@@ -212,7 +265,7 @@ describe("Command", () => {
         const { fiber, proc } = yield* main(["serve", "./worker.ts"])
         expect(yield* Fiber.join(fiber)).toBe(2)
         expect(yield* proc.err).toEqual([
-          'async-task-worker: unknown command "serve": expected run (see --help)',
+          'async-task-worker: unknown command "serve": expected run or conformance (see --help)',
         ])
         expect(yield* proc.out).toEqual([])
       }))

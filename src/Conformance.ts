@@ -1,0 +1,167 @@
+/**
+ * The conformance kit: checks a running worker, written with any SDK in any language, against the
+ * protocol (`docs/protocol.md`) on a real broker, from outside. It publishes a battery of
+ * envelopes for the conformance workload (`docs/conformance.md`) to the service's input queue,
+ * reads its output queue, and judges each rule it can observe, with its own reading of the bytes
+ * and amqplib alone: nothing of the engine it could share a mistake with.
+ *
+ * `async-task-worker conformance --broker <url> --service <name>` is the same as a command.
+ *
+ * @since 0.2.0
+ */
+import { execFile } from "node:child_process"
+import { randomUUID } from "node:crypto"
+import { Effect } from "effect"
+import { battery } from "./internal/conformance/battery.ts"
+import { judge, PROTOCOL_PAGE, type RuleResult } from "./internal/conformance/rules.ts"
+import { ConformanceError, observe } from "./internal/conformance/session.ts"
+
+export { ConformanceError, PROTOCOL_PAGE, type RuleResult }
+
+/**
+ * The service under test, and the settings of its the battery depends on (as
+ * `docs/conformance.md` asks the service to be run with).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface ConformanceOptions {
+  /** An AMQP URL of the broker the worker consumes from. */
+  readonly brokerUrl: string
+  /** The service's name: its queues are `<service>_queue_in` and `<service>_queue_out`. */
+  readonly service: string
+  readonly inQueue?: string | undefined
+  readonly outQueue?: string | undefined
+  /** The worker's delivery limit (`WORKER_DELIVERY_LIMIT`; default 5). */
+  readonly deliveryLimit?: number | undefined
+  /** The worker's progress interval, in seconds (`WORKER_PROGRESS_MIN_INTERVAL_S`; default 1). */
+  readonly progressIntervalS?: number | undefined
+  /** The service's task time limit, in seconds (default 2, as the workload asks). */
+  readonly taskTimeoutS?: number | undefined
+  /**
+   * The input queue's unacked deliveries, which AMQP does not tell: {@link managementUnacked} or
+   * {@link rabbitmqctlUnacked}. Without it, that rule is not observable.
+   */
+  readonly unacked?: (() => Promise<number | undefined>) | undefined
+  /** Progress lines, as the run goes. */
+  readonly log?: ((line: string) => void) | undefined
+}
+
+/**
+ * Every rule's verdict; `passed` only when each rule passed.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface ConformanceReport {
+  readonly service: string
+  readonly rules: ReadonlyArray<RuleResult>
+  readonly passed: boolean
+}
+
+/**
+ * Runs the battery against the service, which must be running and consuming.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const check = (
+  options: ConformanceOptions,
+): Effect.Effect<ConformanceReport, ConformanceError> => {
+  const terms = {
+    deliveryLimit: options.deliveryLimit ?? 5,
+    progressIntervalS: options.progressIntervalS ?? 1,
+  }
+  const cases = battery(`conformance-${randomUUID().slice(0, 8)}`, terms)
+  const timeoutS = options.taskTimeoutS ?? 2
+  return observe(cases, {
+    brokerUrl: options.brokerUrl,
+    inQueue: options.inQueue ?? `${options.service}_queue_in`,
+    outQueue: options.outQueue ?? `${options.service}_queue_out`,
+    // The slowest case: the time limit, or the progress case's 3 s, then the retries' attempts.
+    deadlineMs: (Math.max(timeoutS, 3) + 20 + 2 * terms.deliveryLimit) * 1000,
+    quietMs: 2000,
+    unacked: options.unacked,
+    log: options.log ?? (() => {}),
+  }).pipe(Effect.map((observed) => {
+    const rules = judge(cases, observed, terms)
+    return { service: options.service, rules, passed: rules.every((r) => r.verdict === "pass") }
+  }))
+}
+
+/**
+ * {@link check} as a Promise.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const run = (options: ConformanceOptions): Promise<ConformanceReport> =>
+  Effect.runPromise(check(options))
+
+/**
+ * The report, a line per rule (`pass`, `FAIL`, `not observable`) with the section of the
+ * protocol page that states it, and each failure's offending message.
+ *
+ * @since 0.2.0
+ * @category formatting
+ */
+export const format = (report: ConformanceReport): string => {
+  const mark = { pass: "pass", fail: "FAIL", "not observable": "n/a " } as const
+  const lines = report.rules.flatMap((r) => [
+    `${mark[r.verdict]}  ${r.id}: ${r.title}  (${PROTOCOL_PAGE}${r.section})`,
+    ...(r.detail === undefined ? [] : [`      ${r.detail}`]),
+  ])
+  const failed = report.rules.filter((r) => r.verdict === "fail").length
+  const unobserved = report.rules.filter((r) => r.verdict === "not observable").length
+  return [
+    `Conformance of ${report.service}:`,
+    ...lines,
+    report.passed
+      ? `Every rule passed (${report.rules.length}).`
+      : `${failed} rule(s) failed, ${unobserved} not observable here, of ${report.rules.length}.`,
+  ].join("\n")
+}
+
+/**
+ * The unacked count of RabbitMQ's management API (`http://user:pass@host:15672`), whose figures
+ * lag by its collection interval (5 s by default).
+ *
+ * @since 0.2.0
+ * @category observers
+ */
+export const managementUnacked =
+  (api: string, vhost: string, queue: string) => async (): Promise<number> => {
+    const url = new URL(api)
+    const auth = btoa(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`)
+    url.username = ""
+    url.password = ""
+    url.pathname = `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`
+    const response = await fetch(url, { headers: { authorization: `Basic ${auth}` } })
+    if (!response.ok) throw new Error(`${url.pathname}: ${response.status}`)
+    const body = await response.json() as { messages_unacknowledged?: unknown }
+    if (typeof body.messages_unacknowledged !== "number") {
+      throw new Error("no messages_unacknowledged")
+    }
+    return body.messages_unacknowledged
+  }
+
+/**
+ * The unacked count as `rabbitmqctl` on this host tells it: for a broker on the same machine.
+ *
+ * @since 0.2.0
+ * @category observers
+ */
+export const rabbitmqctlUnacked = (vhost: string, queue: string) => (): Promise<number> =>
+  new Promise((resolve, reject) =>
+    execFile(
+      "rabbitmqctl",
+      ["-q", "list_queues", "-p", vhost, "name", "messages_unacknowledged"],
+      { timeout: 30_000 },
+      (error, stdout) => {
+        if (error !== null) return reject(error)
+        const row = stdout.split("\n").map((l) => l.split("\t")).find(([name]) => name === queue)
+        if (row === undefined) return reject(new Error(`${queue} is not listed`))
+        resolve(Number(row[1]))
+      },
+    )
+  )
