@@ -45,7 +45,7 @@ and consuming <name>_queue_in, against the protocol: a report line per rule.
   --in-queue, --out-queue Q   the queues, if not <name>_queue_in and <name>_queue_out
   --delivery-limit N          the worker's WORKER_DELIVERY_LIMIT (5)
   --progress-interval S       its WORKER_PROGRESS_MIN_INTERVAL_S (1)
-  --timeout S                 its task time limit (2)
+  --timeout S                 its task time limit (8)
   --management URL            RabbitMQ's management API, for the unacked count
   --rabbitmqctl               the unacked count from rabbitmqctl, for a broker on this host
 Exit codes: 0 every rule passed, 1 a rule failed or was not observable, 2 usage or broker.`

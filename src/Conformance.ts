@@ -13,10 +13,26 @@ import { execFile } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { battery } from "./internal/conformance/battery.ts"
-import { judge, PROTOCOL_PAGE, type RuleResult } from "./internal/conformance/rules.ts"
-import { ConformanceError, observe } from "./internal/conformance/session.ts"
+import { judge, type RuleResult as Result } from "./internal/conformance/rules.ts"
+import { observe } from "./internal/conformance/session.ts"
+import type { ConformanceError } from "./WorkerError.ts"
 
-export { ConformanceError, PROTOCOL_PAGE, type RuleResult }
+/**
+ * Where the protocol page is read: the report links each rule to its section there.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const PROTOCOL_PAGE = "https://github.com/async-task/worker/blob/main/docs/protocol.md"
+
+/**
+ * One rule's verdict (`pass`, `fail`, `not observable`), with the section of the protocol page
+ * that states the rule, and a failure's offending message.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type RuleResult = Result
 
 /**
  * The service under test, and the settings of its the battery depends on (as
@@ -36,7 +52,7 @@ export interface ConformanceOptions {
   readonly deliveryLimit?: number | undefined
   /** The worker's progress interval, in seconds (`WORKER_PROGRESS_MIN_INTERVAL_S`; default 1). */
   readonly progressIntervalS?: number | undefined
-  /** The service's task time limit, in seconds (default 2, as the workload asks). */
+  /** The service's task time limit, in seconds (default 8, as the workload asks). */
   readonly taskTimeoutS?: number | undefined
   /**
    * The input queue's unacked deliveries, which AMQP does not tell: {@link managementUnacked} or
@@ -73,13 +89,13 @@ export const check = (
     progressIntervalS: options.progressIntervalS ?? 1,
   }
   const cases = battery(`conformance-${randomUUID().slice(0, 8)}`, terms)
-  const timeoutS = options.taskTimeoutS ?? 2
+  const timeoutS = options.taskTimeoutS ?? 8
   return observe(cases, {
     brokerUrl: options.brokerUrl,
     inQueue: options.inQueue ?? `${options.service}_queue_in`,
     outQueue: options.outQueue ?? `${options.service}_queue_out`,
-    // The slowest case: the time limit, or the progress case's 3 s, then the retries' attempts.
-    deadlineMs: (Math.max(timeoutS, 3) + 20 + 2 * terms.deliveryLimit) * 1000,
+    // The slowest case, the time limit's, then some for the retries' attempts.
+    deadlineMs: (timeoutS + 20 + 2 * terms.deliveryLimit) * 1000,
     quietMs: 2000,
     unacked: options.unacked,
     log: options.log ?? (() => {}),
@@ -103,7 +119,7 @@ export const run = (options: ConformanceOptions): Promise<ConformanceReport> =>
  * protocol page that states it, and each failure's offending message.
  *
  * @since 0.2.0
- * @category formatting
+ * @category codecs
  */
 export const format = (report: ConformanceReport): string => {
   const mark = { pass: "pass", fail: "FAIL", "not observable": "n/a " } as const
@@ -127,7 +143,7 @@ export const format = (report: ConformanceReport): string => {
  * lag by its collection interval (5 s by default).
  *
  * @since 0.2.0
- * @category observers
+ * @category constructors
  */
 export const managementUnacked =
   (api: string, vhost: string, queue: string) => async (): Promise<number> => {
@@ -149,7 +165,7 @@ export const managementUnacked =
  * The unacked count as `rabbitmqctl` on this host tells it: for a broker on the same machine.
  *
  * @since 0.2.0
- * @category observers
+ * @category constructors
  */
 export const rabbitmqctlUnacked = (vhost: string, queue: string) => (): Promise<number> =>
   new Promise((resolve, reject) =>

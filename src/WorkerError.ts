@@ -248,3 +248,13 @@ export class ServicesError extends Data.TaggedError("ServicesError")<{
     return `The worker's services could not be built: ${errorText(this.cause)}`
   }
 }
+
+/**
+ * Why the conformance kit could not run its battery: the broker, or a service that is not there.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class ConformanceError extends Data.TaggedError("ConformanceError")<{
+  readonly message: string
+}> {}

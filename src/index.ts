@@ -52,6 +52,7 @@ export * as WorkerProgram from "./WorkerProgram.ts"
 export {
   BrokerUnreachable,
   ConcurrencyError,
+  ConformanceError,
   FatalError,
   IdleHookError,
   LeaseLost,

@@ -3,7 +3,7 @@
  * its task body says, so that the conformance kit can drive the worker from outside. Run it with
  * the CLI, on Deno or Node, with the service's settings the kit expects:
  *
- *   IN_QUEUE_NAME=… BROKER_URL=… WORKER_TASK_TIMEOUT_S=2 WORKER_DELIVERY_LIMIT=3 \
+ *   IN_QUEUE_NAME=… BROKER_URL=… WORKER_DELIVERY_LIMIT=3 \
  *     npx async-task-worker run examples/conformance/worker.ts
  */
 import { Effect, Schema } from "effect"
@@ -58,7 +58,7 @@ export const worker = Worker.make({
   name: "conformance",
   input: Schema.Struct({ steps: Schema.Array(Step), end: End }),
   output: Output,
-  timeout: "2 seconds",
+  timeout: "8 seconds",
   handler: (input, ctx) =>
     Effect.gen(function* () {
       for (const step of input.steps) {

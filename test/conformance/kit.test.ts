@@ -1,75 +1,85 @@
 /**
- * The conformance kit against the SDK's own conformance worker (examples/conformance/worker.ts),
- * run by the CLI as a real process on the runtime running this file (Deno from the sources, Node
- * from dist/), on a quorum vhost of the real RabbitMQ: every rule passes.
+ * The conformance kit on the real RabbitMQ (a quorum vhost), on the runtime running this file:
+ * against the SDK's own conformance worker (examples/conformance/worker.ts, run by the CLI: Deno
+ * from the sources, Node from dist/) every rule passes; against the workers of
+ * test/fixtures/conformance/, written on raw amqplib, the one without a defect passes too, and
+ * each of the others fails the rule it breaks.
  */
-import { type ChildProcess, spawn } from "node:child_process"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Conformance from "../../src/Conformance.ts"
 import { ensureVhosts, QUORUM_VHOST, uniqueName, urlFor } from "../integration/broker.ts"
-import { baseEnv, checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
+import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
+import { type ServedWorker, serveWorker } from "./support.ts"
 
 const runtime: Runtime = "deno" in process.versions ? "deno" : "node"
-const WORKER = join(ROOT, "examples/conformance/worker.ts")
 
-/** The conformance worker of the SDK, as the CLI runs it, until `stop`. */
-const serve = (service: string, env: Record<string, string>) => {
-  const spec = runtimeSpec(runtime)
-  const child: ChildProcess = spawn(spec.command, [...spec.args, "run", WORKER], {
-    cwd: ROOT,
-    env: {
-      ...baseEnv(),
-      BROKER_URL: urlFor(QUORUM_VHOST),
-      IN_QUEUE_NAME: `${service}_queue_in`,
-      OUT_QUEUE_NAME: `${service}_queue_out`,
-      HEALTH_CHECK_HOST: "127.0.0.1",
-      HEALTH_CHECK_PORT: "0",
-      ...env,
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  })
-  let output = ""
-  child.stdout!.on("data", (chunk) => (output += chunk))
-  child.stderr!.on("data", (chunk) => (output += chunk))
-  const started = new Promise<void>((resolve, reject) => {
-    const timer = setInterval(() => {
-      if (output.includes("started in service mode")) clearInterval(timer), resolve()
-      if (child.exitCode !== null) clearInterval(timer), reject(new Error(`exited: ${output}`))
-    }, 50)
-  })
-  const stop = () =>
-    new Promise<void>((resolve) => {
-      if (child.exitCode !== null) return resolve()
-      child.once("exit", () => resolve())
-      child.kill("SIGTERM")
-    })
-  return { started, stop, output: () => output }
-}
-
+const running: Array<ServedWorker> = []
 beforeAll(() => {
   ensureVhosts()
   if (runtime === "node") checkBuild()
 }, 60_000)
-
-const running: Array<ReturnType<typeof serve>> = []
 afterAll(() => Promise.all(running.map((w) => w.stop())), 30_000)
+
+/** The kit's report on `service`, whose worker `serve` starts. */
+const check = async (service: string, serve: () => ServedWorker) => {
+  const worker = serve()
+  running.push(worker)
+  await worker.started
+  return Conformance.run({
+    brokerUrl: urlFor(QUORUM_VHOST),
+    service,
+    deliveryLimit: 3,
+    unacked: Conformance.rabbitmqctlUnacked(QUORUM_VHOST, `${service}_queue_in`),
+  })
+}
+
+const failedRules = (report: Conformance.ConformanceReport) =>
+  report.rules.filter((r) => r.verdict !== "pass").map((r) => r.id)
+
+/** Each raw fixture, and the rules it must fail: none for the one without a defect. */
+const FIXTURES: ReadonlyArray<readonly [string, ReadonlyArray<string>]> = [
+  ["correct", []],
+  // Without started, the attempts cannot be counted either.
+  ["no-started", ["started-first", "retries-counted"]],
+  ["pretty-json", ["bytes-exact"]],
+  ["progress-back", ["progress-monotonic"]],
+  ["terminal-twice", ["one-terminal"]],
+  ["poison-failure", ["poison-silent"]],
+  ["unacked-success", ["queue-drained"]],
+]
 
 describe(`the conformance kit, ${runtime}`, () => {
   it("passes every rule against the SDK's conformance worker", async () => {
     const service = uniqueName("conformance")
-    const worker = serve(service, { WORKER_DELIVERY_LIMIT: "3" })
-    running.push(worker)
-    await worker.started
-    const report = await Conformance.run({
-      brokerUrl: urlFor(QUORUM_VHOST),
+    const spec = runtimeSpec(runtime)
+    const report = await check(
       service,
-      deliveryLimit: 3,
-      unacked: Conformance.rabbitmqctlUnacked(QUORUM_VHOST, `${service}_queue_in`),
-    })
+      () =>
+        serveWorker(spec.command, [
+          ...spec.args,
+          "run",
+          join(ROOT, "examples/conformance/worker.ts"),
+        ], service),
+    )
     console.log(Conformance.format(report))
-    expect(report.rules.filter((r) => r.verdict !== "pass")).toEqual([])
+    expect(failedRules(report)).toEqual([])
     expect(report.passed).toBe(true)
   }, 120_000)
+
+  it("names the rule each broken worker breaks, and only that", async () => {
+    const reports = await Promise.all(FIXTURES.map(([fixture]) => {
+      const service = uniqueName(`conformance-${fixture}`)
+      const script = join(ROOT, "test/fixtures/conformance", `${fixture}.mjs`)
+      const args = runtime === "deno" ? ["run", "-A", script] : [script]
+      return check(service, () => serveWorker(process.execPath, args, service))
+    }))
+    for (const [i, [fixture, broken]] of FIXTURES.entries()) {
+      const report = reports[i]!
+      console.log(`${fixture}:\n${Conformance.format(report)}`)
+      expect(failedRules(report), fixture).toEqual(broken)
+      expect(report.passed, fixture).toBe(broken.length === 0)
+    }
+  }, 180_000)
 })

@@ -49,7 +49,11 @@ const envelope = (taskId: string, body: unknown, extra: Record<string, unknown> 
 
 const succeed = (echo: unknown) => ({ steps: [], end: { succeed: echo } })
 
-/** The progress case's steps: what a throttled worker publishes of them is the rules' business. */
+/**
+ * The progress case's steps: what a throttled worker publishes of them is the rules' business. A
+ * burst (0.2 back, 1 out of range), a state held through an interval, a later state, then one back
+ * after an interval has passed: a worker that lets progress go back sends it at once.
+ */
 export const PROGRESS_STEPS = [
   { progress: 0.1 },
   { progress: 0.3 },
@@ -59,6 +63,8 @@ export const PROGRESS_STEPS = [
   { wait_ms: 1500 },
   { progress: 0.7 },
   { wait_ms: 1500 },
+  { progress: 0.6 },
+  { wait_ms: 1200 },
 ]
 
 const variants = (id: (name: string) => string): ReadonlyArray<Case> => {

@@ -50,7 +50,8 @@ const compact = (taskId: string, type: string, data: Record<string, unknown>): s
   return JSON.stringify({ task_id: taskId, data: ordered })
 }
 
-const decoder = new TextDecoder("utf-8", { fatal: true })
+// `ignoreBOM`: a leading byte order mark is kept, to be seen, not silently dropped.
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
 
 export const read = (received: Received): Reading => {
   const none = { taskId: undefined, type: undefined, data: undefined }
@@ -86,6 +87,8 @@ export const read = (received: Received): Reading => {
 
 /** A message, shortened for a report line. */
 export const show = (reading: Reading): string => {
-  const text = reading.text ?? `${reading.received.bytes.length} bytes, not UTF-8`
+  // One line: a pretty-printed message's line breaks shown as `\n`.
+  const text = reading.text?.replaceAll("\n", "\\n") ??
+    `${reading.received.bytes.length} bytes, not UTF-8`
   return text.length > 300 ? `${text.slice(0, 300)}…` : text
 }

@@ -5,9 +5,6 @@
 import type { Case, CaseRule } from "./battery.ts"
 import { type Reading, show } from "./reading.ts"
 
-/** Where the protocol page is read: the report links each rule to its section there. */
-export const PROTOCOL_PAGE = "https://github.com/async-task/worker/blob/main/docs/protocol.md"
-
 export type Verdict = "pass" | "fail" | "not observable"
 
 export interface RuleResult {
@@ -184,15 +181,18 @@ const progressThrottled = (intervalS: number): Check => (messages, c) => {
 
 /**
  * The progress case reports 0.1, 0.3, 0.2 (back), 1 (out of range), 0.5 with a payload, all at
- * once, then 0.7 after 1.5 s, then ends 1.5 s later. Whatever the throttle sent first, the state
- * held through the first wait is 0.5 with its payload, and the interval ends within it: that must
- * go out, then 0.7, the last; nothing but the states reported.
+ * once, then 0.7 after 1.5 s, then 0.6 (back) after 1.5 s more. Whatever the throttle sent first,
+ * the state held through the first wait is 0.5 with its payload, and the interval ends within it:
+ * that must go out, then 0.7; nothing but the states reported (going back is another rule's).
  */
 const progressLatest: Check = (messages, c) => {
   if (c.rule !== "progress") return undefined
+  // Its steps take 4.2 s, within the time limit: a case that did not succeed says nothing here.
+  const unread = succeeds(messages, c)
+  if (unread !== undefined) return unread
   const progress = attemptsOf(messages).at(-1) ?? []
   const values = progress.map(progressValue)
-  const stray = values.find((v) => ![0.1, 0.3, 0.5, 0.7].includes(v as number))
+  const stray = values.find((v) => ![0.1, 0.3, 0.2, 0.5, 0.7, 0.6].includes(v as number))
   if (stray !== undefined) {
     return `${c.name}: ${stray} was published, which was never a state: ${values.join(", ")}`
   }
@@ -201,8 +201,8 @@ const progressLatest: Check = (messages, c) => {
     return `${c.name}: the state held through the interval (0.5, {"stage":"late"}) was not sent: ` +
       (progress.map(show).join(" then ") || "no progress")
   }
-  if (values.at(-1) !== 0.7) {
-    return `${c.name}: the last state (0.7) was not sent: ${values.join(", ")}`
+  if (!values.includes(0.7)) {
+    return `${c.name}: the state 0.7 was not sent: ${values.join(", ")}`
   }
   return undefined
 }

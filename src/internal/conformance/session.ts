@@ -6,20 +6,11 @@
 import type * as Amqp from "amqplib"
 import { connect } from "amqplib"
 import { Buffer } from "node:buffer"
-import { Clock, Data, Effect } from "effect"
+import { Clock, Effect } from "effect"
+import { ConformanceError } from "../../WorkerError.ts"
 import type { Case } from "./battery.ts"
 import { read, type Reading, type Received } from "./reading.ts"
 import type { Observed } from "./rules.ts"
-
-/**
- * Why the kit could not run its battery: the broker, or a service that is not there.
- *
- * @since 0.2.0
- * @category errors
- */
-export class ConformanceError extends Data.TaggedError("ConformanceError")<{
-  readonly message: string
-}> {}
 
 export interface SessionOptions {
   readonly brokerUrl: string

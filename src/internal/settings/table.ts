@@ -48,19 +48,19 @@ export const table = {
     env: "WORKER_RETRY_BACKOFF_MAX_S",
     default: 60,
     allowZero: true,
-    meaning: "the longest retry backoff, a `RetryableError`'s delay included",
+    meaning: "the longest backoff, a `RetryableError`'s delay included",
   }),
   consumerTimeout: duration({
     env: "WORKER_CONSUMER_TIMEOUT_S",
     default: 1800,
     allowZero: false,
-    meaning: "the broker's lease; `timeout + backoff max + 60 s` must fit in it",
+    meaning: "the broker's lease: `timeout + backoff max + 60 s` must fit",
   }),
   shutdownGrace: duration({
     env: "WORKER_SHUTDOWN_GRACE_S",
     default: 25,
     allowZero: true,
-    meaning: "drain window: how long in-flight tasks may finish at shutdown",
+    meaning: "the drain: how long in-flight tasks may finish at shutdown",
   }),
   shutdownHooksTimeout: duration({
     env: "WORKER_SHUTDOWN_HOOKS_TIMEOUT_S",
@@ -84,7 +84,7 @@ export const table = {
   taskTimeout: duration({
     env: "WORKER_TASK_TIMEOUT_S",
     default: (definition) => Duration.toSeconds(definition.timeout),
-    shownDefault: "the definition's `timeout`",
+    shownDefault: "the definition's",
     allowZero: false,
     meaning: "the handler's time limit",
   }),
@@ -110,7 +110,7 @@ export const table = {
   }),
   brokerUrl: secret({
     env: "BROKER_URL",
-    meaning: "the RabbitMQ URL, or its nodes' URLs, with commas; always redacted",
+    meaning: "the RabbitMQ URL, or its nodes' URLs, by commas; redacted",
     check: urlsProblem,
   }),
   heartbeat: integer({
@@ -125,7 +125,7 @@ export const table = {
     env: "WORKER_TRANSPORT",
     values: ["amqp", "memory"],
     default: "amqp",
-    meaning: "`amqp` (RabbitMQ at `BROKER_URL`) or `memory` (the embedded broker)",
+    meaning: "`amqp` (RabbitMQ, `BROKER_URL`) or `memory` (embedded broker)",
   }),
   mode: literal({
     env: "WORKER_MODE",
@@ -159,7 +159,7 @@ export const table = {
   logErrorText: boolean({
     env: "WORKER_LOG_ERROR_TEXT",
     default: true,
-    meaning: "`false`: an unexpected error's message and stack stay out of the log",
+    meaning: "`false`: unexpected errors' text and stack stay out of logs",
   }),
   taskOverrunGrace: duration({
     env: "WORKER_TASK_OVERRUN_GRACE_S",
