@@ -44,6 +44,7 @@ conformance checks a worker of any SDK, running the conformance workload (docs/c
 and consuming <name>_queue_in, against the protocol: a report line per rule.
   --in-queue, --out-queue Q   the queues, if not <name>_queue_in and <name>_queue_out
   --delivery-limit N          the worker's WORKER_DELIVERY_LIMIT (5)
+  --max-message-bytes N       its WORKER_MAX_MESSAGE_BYTES (16777216)
   --progress-interval S       its WORKER_PROGRESS_MIN_INTERVAL_S (1)
   --timeout S                 its task time limit (8)
   --management URL            RabbitMQ's management API, for the unacked count
@@ -120,12 +121,33 @@ const CONFORMANCE_VALUES = {
   "--in-queue": "inQueue",
   "--out-queue": "outQueue",
   "--delivery-limit": "deliveryLimit",
+  "--max-message-bytes": "maxMessageBytes",
   "--progress-interval": "progressIntervalS",
   "--timeout": "taskTimeoutS",
   "--management": "management",
 } as const
 
-const NUMBERS = new Set(["deliveryLimit", "progressIntervalS", "taskTimeoutS"])
+/** What each number must be: whole (a count, bytes), or any positive number of seconds. */
+const NUMBERS: Record<string, "whole" | "seconds"> = {
+  deliveryLimit: "whole",
+  maxMessageBytes: "whole",
+  progressIntervalS: "seconds",
+  taskTimeoutS: "seconds",
+}
+
+/** A number option's value, or what is wrong with it. */
+const numberOf = (
+  arg: string,
+  value: string,
+  kind: "whole" | "seconds",
+): Result.Result<number, string> => {
+  const n = /^\d+(\.\d+)?$/.test(value) ? Number(value) : NaN
+  if (kind === "whole" ? Number.isInteger(n) && n >= 1 : n > 0) return Result.succeed(n)
+  return Result.fail(
+    `${arg} needs ${kind === "whole" ? "a whole number from 1" : "a number of seconds above 0"}, ` +
+      `not "${value}"`,
+  )
+}
 
 const parseConformance = (args: ReadonlyArray<string>): Result.Result<Invocation, string> => {
   const values: Record<string, string | number> = {}
@@ -138,17 +160,25 @@ const parseConformance = (args: ReadonlyArray<string>): Result.Result<Invocation
     }
     const key = CONFORMANCE_VALUES[arg as keyof typeof CONFORMANCE_VALUES]
     if (key === undefined) return Result.fail(`unknown option "${arg}" of conformance`)
+    if (key in values) return Result.fail(`${arg} is given twice`)
     const value = args[++i]
     if (value === undefined) return Result.fail(`${arg} needs a value`)
-    if (NUMBERS.has(key)) {
-      const n = Number(value)
-      if (!Number.isFinite(n) || n < 0) return Result.fail(`${arg} needs a number, not "${value}"`)
-      values[key] = n
-    } else values[key] = value
+    const kind = NUMBERS[key]
+    if (kind === undefined) {
+      values[key] = value
+      continue
+    }
+    const n = numberOf(arg, value, kind)
+    if (Result.isFailure(n)) return Result.fail(n.failure)
+    values[key] = n.success
   }
   const { brokerUrl, service, management, ...rest } = values
   if (typeof brokerUrl !== "string") return Result.fail("conformance needs --broker <url>")
+  if (!URL.canParse(brokerUrl)) return Result.fail(`--broker needs an AMQP URL, not "${brokerUrl}"`)
   if (typeof service !== "string") return Result.fail("conformance needs --service <name>")
+  if (management !== undefined && rabbitmqctl) {
+    return Result.fail("--management and --rabbitmqctl both tell the unacked count: give one")
+  }
   return Result.succeed({
     _tag: "Conformance",
     options: { brokerUrl, service, ...rest },

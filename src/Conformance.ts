@@ -15,7 +15,7 @@ import { Effect } from "effect"
 import { battery } from "./internal/conformance/battery.ts"
 import { judge, type RuleResult as Result } from "./internal/conformance/rules.ts"
 import { observe } from "./internal/conformance/session.ts"
-import type { ConformanceError } from "./WorkerError.ts"
+import { ConformanceError } from "./WorkerError.ts"
 
 /**
  * Where the protocol page is read: the report links each rule to its section there.
@@ -35,7 +35,7 @@ export const PROTOCOL_PAGE = "https://github.com/async-task/worker/blob/main/doc
 export type RuleResult = Result
 
 /**
- * The service under test, and the settings of its the battery depends on (as
+ * The service under test, and the settings of it that the battery depends on (as
  * `docs/conformance.md` asks the service to be run with).
  *
  * @since 0.2.0
@@ -50,6 +50,11 @@ export interface ConformanceOptions {
   readonly outQueue?: string | undefined
   /** The worker's delivery limit (`WORKER_DELIVERY_LIMIT`; default 5). */
   readonly deliveryLimit?: number | undefined
+  /**
+   * The worker's size limit (`WORKER_MAX_MESSAGE_BYTES`): given, a message one byte longer is sent,
+   * which must be poison; the broker must take it (RabbitMQ 4's own limit is 16 MiB).
+   */
+  readonly maxMessageBytes?: number | undefined
   /** The worker's progress interval, in seconds (`WORKER_PROGRESS_MIN_INTERVAL_S`; default 1). */
   readonly progressIntervalS?: number | undefined
   /** The service's task time limit, in seconds (default 8, as the workload asks). */
@@ -58,7 +63,7 @@ export interface ConformanceOptions {
    * The input queue's unacked deliveries, which AMQP does not tell: {@link managementUnacked} or
    * {@link rabbitmqctlUnacked}. Without it, that rule is not observable.
    */
-  readonly unacked?: (() => Promise<number | undefined>) | undefined
+  readonly unacked?: (() => Promise<number>) | undefined
   /** Progress lines, as the run goes. */
   readonly log?: ((line: string) => void) | undefined
 }
@@ -84,23 +89,35 @@ export interface ConformanceReport {
 export const check = (
   options: ConformanceOptions,
 ): Effect.Effect<ConformanceReport, ConformanceError> => {
-  const terms = {
-    deliveryLimit: options.deliveryLimit ?? 5,
-    progressIntervalS: options.progressIntervalS ?? 1,
-  }
-  const cases = battery(`conformance-${randomUUID().slice(0, 8)}`, terms)
+  const deliveryLimit = options.deliveryLimit ?? 5
+  const progressIntervalS = options.progressIntervalS ?? 1
   const timeoutS = options.taskTimeoutS ?? 8
+  // The progress case lasts 4.2 intervals, and must end within the time limit to be read.
+  if (4.2 * progressIntervalS >= timeoutS) {
+    return Effect.fail(
+      new ConformanceError({
+        message: `The progress case takes 4.2 progress intervals (${
+          4.2 * progressIntervalS
+        } s), more than the time limit (${timeoutS} s): run the service with a longer one`,
+      }),
+    )
+  }
+  const cases = battery(`conformance-${randomUUID().slice(0, 8)}`, {
+    deliveryLimit,
+    maxMessageBytes: options.maxMessageBytes,
+    progressIntervalMs: progressIntervalS * 1000,
+  })
   return observe(cases, {
     brokerUrl: options.brokerUrl,
     inQueue: options.inQueue ?? `${options.service}_queue_in`,
     outQueue: options.outQueue ?? `${options.service}_queue_out`,
     // The slowest case, the time limit's, then some for the retries' attempts.
-    deadlineMs: (timeoutS + 20 + 2 * terms.deliveryLimit) * 1000,
+    deadlineMs: (timeoutS + 20 + 2 * deliveryLimit) * 1000,
     quietMs: 2000,
     unacked: options.unacked,
     log: options.log ?? (() => {}),
   }).pipe(Effect.map((observed) => {
-    const rules = judge(cases, observed, terms)
+    const rules = judge(cases, observed, { progressIntervalS })
     return { service: options.service, rules, passed: rules.every((r) => r.verdict === "pass") }
   }))
 }
@@ -152,7 +169,10 @@ export const managementUnacked =
     url.username = ""
     url.password = ""
     url.pathname = `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`
-    const response = await fetch(url, { headers: { authorization: `Basic ${auth}` } })
+    const response = await fetch(url, {
+      headers: { authorization: `Basic ${auth}` },
+      signal: AbortSignal.timeout(10_000),
+    })
     if (!response.ok) throw new Error(`${url.pathname}: ${response.status}`)
     const body = await response.json() as { messages_unacknowledged?: unknown }
     if (typeof body.messages_unacknowledged !== "number") {
@@ -172,7 +192,7 @@ export const rabbitmqctlUnacked = (vhost: string, queue: string) => (): Promise<
     execFile(
       "rabbitmqctl",
       ["-q", "list_queues", "-p", vhost, "name", "messages_unacknowledged"],
-      { timeout: 30_000 },
+      { timeout: 10_000 },
       (error, stdout) => {
         if (error !== null) return reject(error)
         const row = stdout.split("\n").map((l) => l.split("\t")).find(([name]) => name === queue)

@@ -73,7 +73,28 @@ describe("Command", () => {
           "soon",
         ]),
       )
-        .toEqual(Result.fail('--timeout needs a number, not "soon"'))
+        .toEqual(Result.fail('--timeout needs a number of seconds above 0, not "soon"'))
+      const base = ["conformance", "--broker", "amqp://h", "--service", "s"]
+      expect(Command.parse([...base, "--delivery-limit", "0"])).toEqual(
+        Result.fail('--delivery-limit needs a whole number from 1, not "0"'),
+      )
+      expect(Command.parse([...base, "--max-message-bytes", "65536"])).toEqual(Result.succeed({
+        _tag: "Conformance",
+        options: { brokerUrl: "amqp://h", service: "s", maxMessageBytes: 65536 },
+        unacked: undefined,
+      }))
+      expect(Command.parse([...base, "--progress-interval", "0x10"])).toEqual(
+        Result.fail('--progress-interval needs a number of seconds above 0, not "0x10"'),
+      )
+      expect(Command.parse([...base, "--service", "t"])).toEqual(
+        Result.fail("--service is given twice"),
+      )
+      expect(Command.parse([...base, "--rabbitmqctl", "--management", "http://m"])).toEqual(
+        Result.fail("--management and --rabbitmqctl both tell the unacked count: give one"),
+      )
+      expect(Command.parse(["conformance", "--broker", "rabbit", "--service", "s"])).toEqual(
+        Result.fail('--broker needs an AMQP URL, not "rabbit"'),
+      )
       expect(Command.parse(["conformance", "--broker"])).toEqual(
         Result.fail("--broker needs a value"),
       )

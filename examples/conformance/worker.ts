@@ -3,8 +3,11 @@
  * its task body says, so that the conformance kit can drive the worker from outside. Run it with
  * the CLI, on Deno or Node, with the service's settings the kit expects:
  *
- *   IN_QUEUE_NAME=… BROKER_URL=… WORKER_DELIVERY_LIMIT=3 \
+ *   BROKER_URL=… IN_QUEUE_NAME=conformance_queue_in OUT_QUEUE_NAME=conformance_queue_out \
  *     npx async-task-worker run examples/conformance/worker.ts
+ *
+ * then `npx async-task-worker conformance --broker … --service conformance` with the worker's
+ * delivery limit (`WORKER_DELIVERY_LIMIT`, 5 by default) and, if set, its size limit.
  */
 import { Effect, Schema } from "effect"
 import { FatalError, RetryableError, Worker } from "@async-task/worker"

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Conformance from "../../src/Conformance.ts"
 import { ensureVhosts, QUORUM_VHOST, uniqueName, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
-import { type ServedWorker, serveWorker } from "./support.ts"
+import { MAX_MESSAGE_BYTES, type ServedWorker, serveWorker } from "./support.ts"
 
 const runtime: Runtime = "deno" in process.versions ? "deno" : "node"
 
@@ -31,6 +31,7 @@ const check = async (service: string, serve: () => ServedWorker) => {
     brokerUrl: urlFor(QUORUM_VHOST),
     service,
     deliveryLimit: 3,
+    maxMessageBytes: MAX_MESSAGE_BYTES,
     unacked: Conformance.rabbitmqctlUnacked(QUORUM_VHOST, `${service}_queue_in`),
   })
 }

@@ -6,6 +6,9 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { QUORUM_VHOST, urlFor } from "../integration/broker.ts"
 import { baseEnv, ROOT } from "../support/runtimes.ts"
 
+/** The size limit the tests' workers are run with: a poison case of one byte more stays small. */
+export const MAX_MESSAGE_BYTES = 65_536
+
 export interface ServedWorker {
   /** Resolves once the worker says it consumes; rejects if it exits first. */
   readonly started: Promise<void>
@@ -28,6 +31,7 @@ export const serveWorker = (
       HEALTH_CHECK_HOST: "127.0.0.1",
       HEALTH_CHECK_PORT: "0",
       WORKER_DELIVERY_LIMIT: "3",
+      WORKER_MAX_MESSAGE_BYTES: String(MAX_MESSAGE_BYTES),
       ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],

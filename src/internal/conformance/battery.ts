@@ -40,6 +40,13 @@ export interface Case {
 /** What the kit knows of the service under test: the settings its cases depend on. */
 export interface ServiceTerms {
   readonly deliveryLimit: number
+  /**
+   * The worker's `WORKER_MAX_MESSAGE_BYTES`, if the kit is told it: one byte more is poison. Only
+   * then is the case sent: a broker's own limit may be lower (RabbitMQ 4's is 16 MiB).
+   */
+  readonly maxMessageBytes: number | undefined
+  /** The worker's progress interval, in ms: the progress case's waits are counted in it. */
+  readonly progressIntervalMs: number
 }
 
 const utf8 = (text: string) => new TextEncoder().encode(text)
@@ -50,21 +57,22 @@ const envelope = (taskId: string, body: unknown, extra: Record<string, unknown> 
 const succeed = (echo: unknown) => ({ steps: [], end: { succeed: echo } })
 
 /**
- * The progress case's steps: what a throttled worker publishes of them is the rules' business. A
- * burst (0.2 back, 1 out of range), a state held through an interval, a later state, then one back
- * after an interval has passed: a worker that lets progress go back sends it at once.
+ * The progress case's steps, for an interval of `interval` ms: what a throttled worker publishes
+ * of them is the rules' business. A burst (0.2 back, 1 out of range), a state held through an
+ * interval, a later state, then one back after an interval has passed: a worker that lets progress
+ * go back sends it at once. It lasts 4.2 intervals.
  */
-export const PROGRESS_STEPS = [
+export const progressSteps = (interval: number) => [
   { progress: 0.1 },
   { progress: 0.3 },
   { progress: 0.2 },
   { progress: 1 },
   { progress: 0.5, payload: { stage: "late" } },
-  { wait_ms: 1500 },
+  { wait_ms: 1.5 * interval },
   { progress: 0.7 },
-  { wait_ms: 1500 },
+  { wait_ms: 1.5 * interval },
   { progress: 0.6 },
-  { wait_ms: 1200 },
+  { wait_ms: 1.2 * interval },
 ]
 
 const variants = (id: (name: string) => string): ReadonlyArray<Case> => {
@@ -119,7 +127,17 @@ const variants = (id: (name: string) => string): ReadonlyArray<Case> => {
   ]
 }
 
-const poison = (id: (name: string) => string): ReadonlyArray<Case> => {
+/** A valid envelope of exactly `size` bytes, padded in its body. */
+const ofSize = (taskId: string, size: number): Uint8Array => {
+  const head = `{"task_id":"${taskId}","data":{"body":{"steps":[],"end":{"succeed":{"pad":"`
+  const tail = `"}}}}}`
+  return utf8(head + "x".repeat(Math.max(0, size - head.length - tail.length)) + tail)
+}
+
+const poison = (
+  id: (name: string) => string,
+  maxMessageBytes: number | undefined,
+): ReadonlyArray<Case> => {
   const silent = (name: string, bytes: Uint8Array): Case => ({
     taskId: id(name),
     name,
@@ -130,7 +148,11 @@ const poison = (id: (name: string) => string): ReadonlyArray<Case> => {
   const good = JSON.stringify(succeed({ v: "poison" }))
   // Over the protocol's 256 characters: no output may name it.
   const long = id("a task_id of 257 characters").padEnd(257, "x")
+  const tooLarge = maxMessageBytes === undefined
+    ? []
+    : [silent("over the size limit", ofSize(id("over the size limit"), maxMessageBytes + 1))]
   return [
+    ...tooLarge,
     silent("not JSON", utf8(`{"task_id":"${id("not JSON")}","data":{"body":`)),
     silent(
       "not UTF-8",
@@ -142,10 +164,6 @@ const poison = (id: (name: string) => string): ReadonlyArray<Case> => {
       ]),
     ),
     silent("an array, not an object", utf8(`[{"task_id":"${id("an array, not an object")}"}]`)),
-    silent(
-      "a byte order mark",
-      utf8(`\ufeff{"task_id":"${id("a byte order mark")}","data":{"body":${good}}}`),
-    ),
     silent("no task_id", utf8(`{"data":{"message_type":"submission","body":${good}}}`)),
     silent("a task_id that is a number", utf8(`{"task_id":42,"data":{"body":${good}}}`)),
     silent("an empty task_id", utf8(`{"task_id":"","data":{"body":${good}}}`)),
@@ -204,7 +222,7 @@ export const battery = (prefix: string, terms: ServiceTerms): ReadonlyArray<Case
   ): Case => ({ taskId: id(name), name, rule, bytes: envelope(id(name), body), expect })
   return [
     ...variants(id),
-    ...poison(id),
+    ...poison(id, terms.maxMessageBytes),
     ...malformed(id),
     handled("a body the input schema refuses", "invalid-input", { steps: 5, end: {} }, {
       kind: "failure",
@@ -240,7 +258,7 @@ export const battery = (prefix: string, terms: ServiceTerms): ReadonlyArray<Case
     handled(
       "progress",
       "progress",
-      { steps: PROGRESS_STEPS, end: { succeed: { v: "progress" } } },
+      { steps: progressSteps(terms.progressIntervalMs), end: { succeed: { v: "progress" } } },
       {
         kind: "success",
         echo: { v: "progress" },

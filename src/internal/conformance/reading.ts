@@ -40,7 +40,11 @@ const DATA_KEYS: Record<string, ReadonlyArray<string>> = {
   failure: ["message_type", "error_message"],
 }
 
-/** The compact form of a message with these fields, keys in the protocol's order. */
+/**
+ * The compact form of a message with these fields, keys in the protocol's order; nested objects
+ * (a response) in the order `JSON.parse` gives, which puts integer-like keys first, as
+ * `JSON.stringify` writes them.
+ */
 const compact = (taskId: string, type: string, data: Record<string, unknown>): string => {
   const ordered: Record<string, unknown> = {}
   for (const key of DATA_KEYS[type]!) if (key in data) ordered[key] = data[key]
@@ -78,6 +82,13 @@ export const read = (received: Received): Reading => {
   }
   const extra = Object.keys(json).filter((k) => k !== "task_id" && k !== "data")
     .concat(Object.keys(data).filter((k) => !DATA_KEYS[type]!.includes(k)))
+  const error = data.error_message
+  if (
+    type === "failure" &&
+    (!isObject(error) || typeof error.code !== "string" || typeof error.message !== "string")
+  ) {
+    return { ...base, malformed: "its error_message is not {code, message}, both strings" }
+  }
   if (extra.length > 0) {
     return { ...base, malformed: `it has keys the protocol does not: ${extra.join(", ")}` }
   }

@@ -20,12 +20,14 @@ export interface RuleResult {
 export interface Observed {
   readonly readings: ReadonlyArray<Reading>
   readonly ready: number
-  /** The input queue's unacked deliveries, if the broker tells the kit (not over AMQP). */
-  readonly unacked: number | undefined
+  /**
+   * The input queue's unacked deliveries, where the broker tells the kit (not over AMQP), or why
+   * it could not tell.
+   */
+  readonly unacked: number | { readonly unobserved: string }
 }
 
 export interface Terms {
-  readonly deliveryLimit: number
   readonly progressIntervalS: number
 }
 
@@ -92,9 +94,11 @@ const startedFirst: Check = (messages, c) => {
   if (!runs || messages.length === 0) return undefined
   const first = messages[0]!
   if (first.type !== "started") return `${c.name}: the first message is not started: ${show(first)}`
-  const hostname = first.data?.hostname
-  if (typeof hostname !== "string" || hostname === "") {
-    return `${c.name}: started without a hostname: ${show(first)}`
+  for (const started of messages.filter((m) => m.type === "started")) {
+    const hostname = started.data?.hostname
+    if (typeof hostname !== "string" || hostname === "") {
+      return `${c.name}: started without a hostname: ${show(started)}`
+    }
   }
   return undefined
 }
@@ -348,12 +352,8 @@ const drained = (observed: Observed): RuleResult => {
       detail: `${observed.ready} messages still ready on the input queue`,
     }
   }
-  if (observed.unacked === undefined) {
-    return {
-      ...base,
-      verdict: "not observable",
-      detail: "0 ready; the unacked count needs the broker's management API (--management)",
-    }
+  if (typeof observed.unacked !== "number") {
+    return { ...base, verdict: "not observable", detail: `0 ready; ${observed.unacked.unobserved}` }
   }
   return observed.unacked === 0
     ? { ...base, verdict: "pass" }
@@ -370,8 +370,9 @@ export const judge = (
   const strangers: Array<Reading> = []
   for (const r of observed.readings) {
     const list = r.taskId === undefined ? undefined : byTask.get(r.taskId)
-    if (list === undefined) strangers.push(r)
-    else list.push(r)
+    // A message the kit cannot read is bytes-exact's to report, not a stranger.
+    if (list === undefined && r.taskId !== undefined) strangers.push(r)
+    else list?.push(r)
   }
   const results = rulesOf(terms).map((rule): RuleResult => {
     const base = { id: rule.id, title: rule.title, section: rule.section }

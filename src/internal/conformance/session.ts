@@ -21,7 +21,7 @@ export interface SessionOptions {
   /** How long the output queue must stay quiet after the last conclusion: copies come late. */
   readonly quietMs: number
   /** The input queue's unacked deliveries, where the broker tells them (not over AMQP). */
-  readonly unacked: (() => Promise<number | undefined>) | undefined
+  readonly unacked: (() => Promise<number>) | undefined
   readonly log: (line: string) => void
 }
 
@@ -48,7 +48,7 @@ const countsOf = (connection: Amqp.ChannelModel, queue: string) =>
 const connection = (url: string) =>
   Effect.acquireRelease(
     Effect.tryPromise({
-      try: () => connect(url),
+      try: () => connect(url, { timeout: 10_000 }),
       catch: failWith("Could not connect to the broker"),
     }),
     (c) => Effect.promise(() => c.close().catch(() => undefined)),
@@ -111,13 +111,18 @@ const waitUntil = (done: (now: number) => boolean, deadlineMs: number) =>
 /**
  * The unacked count once it has settled at 0, or as it stands after 12 s: the broker's figures
  * lag (a quorum queue's by its statistics interval, 5 s by default). An observer that cannot
- * answer leaves the count unobserved.
+ * answer leaves the count unobserved, saying why.
  */
-const settledUnacked = (observer: () => Promise<number | undefined>) =>
+const settledUnacked = (observer: () => Promise<number>) =>
   Effect.gen(function* () {
-    const ask = Effect.tryPromise(observer).pipe(Effect.orElseSucceed(() => undefined))
+    const ask: Effect.Effect<number | { readonly unobserved: string }> = Effect.tryPromise(observer)
+      .pipe(
+        Effect.catch((e) =>
+          Effect.succeed({ unobserved: `the unacked count could not be read: ${messageOf(e)}` })
+        ),
+      )
     let count = yield* ask
-    for (let tries = 0; tries < 12 && count !== undefined && count > 0; tries++) {
+    for (let tries = 0; tries < 12 && typeof count === "number" && count > 0; tries++) {
       yield* Effect.sleep(1000)
       count = yield* ask
     }
@@ -132,15 +137,18 @@ export const observe = (
   Effect.scoped(Effect.gen(function* () {
     const c = yield* connection(options.brokerUrl)
     c.on("error", () => {})
-    yield* countsOf(c, options.inQueue)
+    const input = yield* countsOf(c, options.inQueue)
     const out = yield* countsOf(c, options.outQueue)
-    if (out.consumerCount > 0) {
-      return yield* new ConformanceError({
-        message:
-          `${options.outQueue} has ${out.consumerCount} consumer(s): the kit must read it alone ` +
-          "(stop the platform's listener for the run)",
-      })
-    }
+    const refusal = input.consumerCount === 0
+      ? `${options.inQueue} has no consumer: is the worker running?`
+      : out.consumerCount > 0
+      ? `${options.outQueue} has ${out.consumerCount} consumer(s): the kit must read it alone ` +
+        "(stop the platform's listener for the run)"
+      : out.messageCount > 0
+      ? `${options.outQueue} holds ${out.messageCount} message(s) already: drain it first, so ` +
+        "that what the kit reads is the battery's"
+      : undefined
+    if (refusal !== undefined) return yield* new ConformanceError({ message: refusal })
     const readings: Array<Reading> = []
     yield* readOutput(c, options.outQueue, readings)
     yield* publishAll(c, options.inQueue, cases)
@@ -153,9 +161,9 @@ export const observe = (
       (now) => now - (readings.at(-1)?.received.at ?? 0) >= options.quietMs,
       options.deadlineMs,
     )
-    const input = yield* countsOf(c, options.inQueue)
+    const left = yield* countsOf(c, options.inQueue)
     const unacked = options.unacked === undefined
-      ? undefined
+      ? { unobserved: "the unacked count needs the management API (--management) or --rabbitmqctl" }
       : yield* settledUnacked(options.unacked)
-    return { readings: [...readings], ready: input.messageCount, unacked }
+    return { readings: [...readings], ready: left.messageCount, unacked }
   }))
