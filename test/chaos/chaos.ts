@@ -435,31 +435,46 @@ const brokerBack = async (url: string, queue: string, ms: number): Promise<numbe
   throw new Error(`the broker did not come back within ${ms} ms`)
 }
 
+/**
+ * The platform's side of one connection: `queue` read and acked, each message handed to
+ * `onMessage`, until the connection closes. `opened` is told the connection as soon as it exists,
+ * so that a reader can close it to stop.
+ */
+export const readUntilClosed = async (
+  url: string,
+  queue: string,
+  onMessage: (m: amqp.ConsumeMessage) => void,
+  opened: (connection: amqp.ChannelModel) => void,
+): Promise<void> => {
+  const connection = await amqp.connect(url, { timeout: 5_000 })
+  opened(connection)
+  const closed = new Promise<void>((r) => {
+    connection.on("close", () => r())
+    connection.on("error", () => {})
+  })
+  const channel = await connection.createChannel()
+  channel.on("error", () => {})
+  await channel.prefetch(2_000)
+  await channel.consume(queue, (m) => {
+    if (m === null) return
+    onMessage(m)
+    channel.ack(m)
+  })
+  await closed
+}
+
 const outputReader = (url: string, queue: string, onMessage: (m: amqp.ConsumeMessage) => void) => {
   let stopped = false
   let connection: amqp.ChannelModel | undefined
   let reconnections = -1
+  const opened = (c: amqp.ChannelModel) => {
+    connection = c
+    reconnections++
+  }
   const loop = (async () => {
     while (!stopped) {
-      try {
-        connection = await amqp.connect(url, { timeout: 5_000 })
-        reconnections++
-        const closed = new Promise<void>((r) => {
-          connection!.on("close", () => r())
-          connection!.on("error", () => {})
-        })
-        const channel = await connection.createChannel()
-        channel.on("error", () => {})
-        await channel.prefetch(2_000)
-        await channel.consume(queue, (m) => {
-          if (m === null) return
-          onMessage(m)
-          channel.ack(m)
-        }, { noAck: false })
-        await closed
-      } catch {
-        // The broker is away: try again.
-      }
+      // The broker away: try again.
+      await readUntilClosed(url, queue, onMessage, opened).catch(() => undefined)
       if (!stopped) await sleep(100)
     }
   })()

@@ -27,6 +27,7 @@ import {
   inFlightOf,
   killAllWorkers,
   publishTasks,
+  readUntilClosed,
   spawnWorker,
   type WorkerProcess,
 } from "./chaos.ts"
@@ -208,24 +209,17 @@ const outputReader = (
     }
     return cluster.nodes[next++ % cluster.nodes.length]!
   }
-  const session = async () => {
-    current = pick()
-    connection = await amqp.connect(urlOf(current), { timeout: 5_000 })
+  const onMessage = (m: amqp.ConsumeMessage) => {
+    const t = parseTerminal(m)
+    if (t !== undefined) onTerminal(t)
+  }
+  const opened = (c: amqp.ChannelModel) => {
+    connection = c
     reconnections++
-    const closed = new Promise<void>((r) => {
-      connection!.on("close", () => r())
-      connection!.on("error", () => {})
-    })
-    const channel = await connection.createChannel()
-    channel.on("error", () => {})
-    await channel.prefetch(2_000)
-    await channel.consume(OUT_QUEUE, (m) => {
-      if (m === null) return
-      const t = parseTerminal(m)
-      if (t !== undefined) onTerminal(t)
-      channel.ack(m)
-    })
-    await closed
+  }
+  const session = () => {
+    current = pick()
+    return readUntilClosed(urlOf(current), OUT_QUEUE, onMessage, opened)
   }
   const loop = (async () => {
     while (!stopped) {
