@@ -47,7 +47,8 @@ and consuming <name>_queue_in, against the protocol: a report line per rule.
   --max-message-bytes N       its WORKER_MAX_MESSAGE_BYTES (16777216)
   --progress-interval S       its WORKER_PROGRESS_MIN_INTERVAL_S (1)
   --timeout S                 its task time limit (8)
-  --management URL            RabbitMQ's management API, for the unacked count
+  --management URL            RabbitMQ's management API, for the unacked count (found
+                              from the broker's host and port when not given)
   --rabbitmqctl               the unacked count from rabbitmqctl, for a broker on this host
 Exit codes: 0 every rule passed, 1 a rule failed or was not observable, 2 usage or broker.`
 

@@ -9,12 +9,12 @@
  *
  * @since 0.2.0
  */
-import { execFile } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { battery } from "./internal/conformance/battery.ts"
 import { judge, type RuleResult as Result } from "./internal/conformance/rules.ts"
 import { observe } from "./internal/conformance/session.ts"
+import * as unacked from "./internal/conformance/unacked.ts"
 import { ConformanceError } from "./WorkerError.ts"
 
 /**
@@ -61,7 +61,8 @@ export interface ConformanceOptions {
   readonly taskTimeoutS?: number | undefined
   /**
    * The input queue's unacked deliveries, which AMQP does not tell: {@link managementUnacked} or
-   * {@link rabbitmqctlUnacked}. Without it, that rule is not observable.
+   * {@link rabbitmqctlUnacked}. Without it, the kit asks the broker ({@link discoverUnacked});
+   * where nothing speaks for the broker, that rule is not observable.
    */
   readonly unacked?: (() => Promise<number>) | undefined
   /** Progress lines, as the run goes. */
@@ -107,19 +108,48 @@ export const check = (
     maxMessageBytes: options.maxMessageBytes,
     progressIntervalMs: progressIntervalS * 1000,
   })
-  return observe(cases, {
-    brokerUrl: options.brokerUrl,
-    inQueue: options.inQueue ?? `${options.service}_queue_in`,
-    outQueue: options.outQueue ?? `${options.service}_queue_out`,
-    // The slowest case, the time limit's, then some for the retries' attempts.
-    deadlineMs: (timeoutS + 20 + 2 * deliveryLimit) * 1000,
-    quietMs: 2000,
-    unacked: options.unacked,
-    log: options.log ?? (() => {}),
-  }).pipe(Effect.map((observed) => {
-    const rules = judge(cases, observed, { progressIntervalS })
-    return { service: options.service, rules, passed: rules.every((r) => r.verdict === "pass") }
-  }))
+  const inQueue = options.inQueue ?? `${options.service}_queue_in`
+  const log = options.log ?? (() => {})
+  return Effect.flatMap(unackedFor(options, inQueue, log), (unackedCount) =>
+    observe(cases, {
+      brokerUrl: options.brokerUrl,
+      inQueue,
+      outQueue: options.outQueue ?? `${options.service}_queue_out`,
+      // The slowest case, the time limit's, then some for the retries' attempts.
+      deadlineMs: (timeoutS + 20 + 2 * deliveryLimit) * 1000,
+      quietMs: 2000,
+      unacked: unackedCount,
+      log,
+    })).pipe(Effect.map((observed) => {
+      const rules = judge(cases, observed, { progressIntervalS })
+      return { service: options.service, rules, passed: rules.every((r) => r.verdict === "pass") }
+    }))
+}
+
+/** The unacked count given, or the one the broker itself tells (said in the log either way). */
+const unackedFor = (
+  options: ConformanceOptions,
+  inQueue: string,
+  log: (line: string) => void,
+): Effect.Effect<(() => Promise<number>) | undefined> => {
+  if (options.unacked !== undefined) return Effect.succeed(options.unacked)
+  let vhost: string
+  try {
+    vhost = decodeURIComponent(new URL(options.brokerUrl).pathname.slice(1)) || "/"
+  } catch {
+    // A URL that does not parse: the session fails on it, and says so.
+    return Effect.succeed(undefined)
+  }
+  return Effect.promise(() => unacked.discover(options.brokerUrl, vhost, inQueue)).pipe(
+    Effect.map((found) => {
+      log(
+        found === undefined
+          ? "The unacked count: neither a management API nor rabbitmqctl speaks for this broker"
+          : `The unacked count: from ${found.description}`,
+      )
+      return found?.unacked
+    }),
+  )
 }
 
 /**
@@ -162,42 +192,39 @@ export const format = (report: ConformanceReport): string => {
  * @since 0.2.0
  * @category constructors
  */
-export const managementUnacked =
-  (api: string, vhost: string, queue: string) => async (): Promise<number> => {
-    const url = new URL(api)
-    const auth = btoa(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`)
-    url.username = ""
-    url.password = ""
-    url.pathname = `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`
-    const response = await fetch(url, {
-      headers: { authorization: `Basic ${auth}` },
-      signal: AbortSignal.timeout(10_000),
-    })
-    if (!response.ok) throw new Error(`${url.pathname}: ${response.status}`)
-    const body = await response.json() as { messages_unacknowledged?: unknown }
-    if (typeof body.messages_unacknowledged !== "number") {
-      throw new Error("no messages_unacknowledged")
-    }
-    return body.messages_unacknowledged
-  }
+export const managementUnacked: (
+  api: string,
+  vhost: string,
+  queue: string,
+) => () => Promise<number> = unacked.management
 
 /**
- * The unacked count as `rabbitmqctl` on this host tells it: for a broker on the same machine.
+ * The unacked count as `rabbitmqctl` on this host tells it: for a broker on the same machine
+ * (`command`, since 0.3.0, names another `rabbitmqctl`, a node's own).
  *
  * @since 0.2.0
  * @category constructors
  */
-export const rabbitmqctlUnacked = (vhost: string, queue: string) => (): Promise<number> =>
-  new Promise((resolve, reject) =>
-    execFile(
-      "rabbitmqctl",
-      ["-q", "list_queues", "-p", vhost, "name", "messages_unacknowledged"],
-      { timeout: 10_000 },
-      (error, stdout) => {
-        if (error !== null) return reject(error)
-        const row = stdout.split("\n").map((l) => l.split("\t")).find(([name]) => name === queue)
-        if (row === undefined) return reject(new Error(`${queue} is not listed`))
-        resolve(Number(row[1]))
-      },
-    )
-  )
+export const rabbitmqctlUnacked: (
+  vhost: string,
+  queue: string,
+  command?: string,
+) => () => Promise<number> = unacked.rabbitmqctl
+
+/**
+ * Where the broker at `brokerUrl` tells the unacked count of `queue`: its management API where
+ * enabled (found at the broker's host, on 15672 or its AMQP port + 10 000, and checked to serve
+ * that port), else `rabbitmqctl` when the broker is on this machine and that command addresses
+ * its node. `undefined` when neither does. {@link check} asks it when given no `unacked`.
+ *
+ * @since 0.3.0
+ * @category constructors
+ */
+export const discoverUnacked: (
+  brokerUrl: string,
+  vhost: string,
+  queue: string,
+  command?: string,
+) => Promise<
+  { readonly unacked: () => Promise<number>; readonly description: string } | undefined
+> = unacked.discover

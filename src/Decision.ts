@@ -23,13 +23,15 @@ export type Outcome =
   | "engine_error"
 
 /**
- * What was done with the message: acked, concluded (terminal message confirmed, then acked), or
- * given back to the queue (by this worker, or by the broker when the lease was lost).
+ * What was done with the message: acked, concluded (terminal message confirmed, then acked), given
+ * back to the queue as a failed attempt (`reject-requeue`, counted by every broker: since 0.3.0),
+ * or given back unprocessed (`nack-requeue`: by this worker, not counted by RabbitMQ 4; or by the
+ * broker when the lease was lost).
  *
  * @since 0.1.0
  * @category models
  */
-export type Action = "ack" | "conclude" | "nack-requeue"
+export type Action = "ack" | "conclude" | "reject-requeue" | "nack-requeue"
 
 /**
  * One delivery's decision.
@@ -44,6 +46,11 @@ export interface Decision {
   readonly code?: string | undefined
   readonly attempt?: number | undefined
   readonly deliveryLimit?: number | undefined
+  /**
+   * The message's deliveries, this one included, where the broker counts them apart from failed
+   * attempts (RabbitMQ 4's `x-acquired-count` plus one). Since 0.3.0.
+   */
+  readonly deliveries?: number | undefined
   /** The poison reason, or why a settlement failed. */
   readonly reason?: string | undefined
 }
@@ -60,6 +67,7 @@ export const format = (d: Decision): string => {
   if (d.code !== undefined) line += ` code=${d.code}`
   if (d.reason !== undefined) line += ` reason=${d.reason}`
   if (d.attempt !== undefined) line += ` attempt=${d.attempt}/${d.deliveryLimit}`
+  if (d.deliveries !== undefined) line += ` deliveries=${d.deliveries}`
   return line
 }
 
@@ -112,7 +120,7 @@ export const logUnsafe = (fiber: Fiber.Fiber<unknown, unknown>, d: Decision): vo
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,
- * `outcome`, `action`, `code`, `reason`): one copy for all of them, as the decision line of
+ * `deliveries`, `outcome`, `action`, `code`, `reason`): one copy for all of them, as the decision line of
  * every delivery carries them.
  *
  * @since 0.1.0
@@ -130,6 +138,7 @@ export const annotate = (d: Decision) =>
     annotations.attempt = d.attempt
     annotations.delivery_limit = d.deliveryLimit
   }
+  if (d.deliveries !== undefined) annotations.deliveries = d.deliveries
   if (d.code !== undefined) annotations.code = d.code
   if (d.reason !== undefined) annotations.reason = d.reason
   return annotations

@@ -1,6 +1,7 @@
 /**
- * An embedded broker that behaves like a quorum queue: named queues, consumers with prefetch,
- * leases that expire and redeliver with the count incremented, renewal, fencing of stale
+ * An embedded broker that behaves like a quorum queue of RabbitMQ 4: named queues, consumers with
+ * prefetch, a delivery count that a failed delivery (a requeue, a lease that expires) raises and a
+ * release does not, the acquired count of every hand-out, renewal, fencing of stale
  * settlements, and injectable publish failures. A real {@link Transport}, for tests, the demo
  * and local trials.
  *
@@ -54,7 +55,8 @@ export interface TransportOptions {
  */
 export class MemoryBroker extends Context.Service<MemoryBroker, {
   /**
-   * Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count`, and
+   * Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count` (and as many
+   * earlier hand-outs), and
    * `headers` (a `traceparent`, say) are delivered with the message.
    */
   readonly publish: (
@@ -128,9 +130,12 @@ const toDelivery = (
   return {
     body: h.message.body,
     headers: h.message.headers,
+    // As RabbitMQ 4 does: the acquired count only from the second hand-out on.
     redeliveries: classic
-      ? flagged[count > 0 ? 1 : 0]!
-      : counted[count] ?? Redeliveries.Counted({ count }),
+      ? flagged[h.acquired > 0 ? 1 : 0]!
+      : h.acquired === 0
+      ? counted[count] ?? Redeliveries.Counted({ count })
+      : Redeliveries.Counted({ count, acquired: h.acquired }),
     lease: {
       duration,
       renew: h.leaseMillis === undefined
@@ -143,7 +148,8 @@ const toDelivery = (
       isLost: () => h.state === "lost",
     },
     ack: Effect.suspend(() => settle(core.ack(h))),
-    requeue: Effect.suspend(() => settle(core.requeue(h))),
+    requeue: Effect.suspend(() => settle(core.requeue(h, true))),
+    release: Effect.suspend(() => settle(core.requeue(h, false))),
   }
 }
 

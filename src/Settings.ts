@@ -104,6 +104,19 @@ const relate = (s: Partial<WorkerSettings>): {
       )
     }
   }
+  const { deliveryLimit, queueDeliveryLimit } = s
+  if (
+    deliveryLimit !== undefined && queueDeliveryLimit !== undefined &&
+    deliveryLimit > queueDeliveryLimit
+  ) {
+    problems.push(
+      `the delivery limit (WORKER_DELIVERY_LIMIT, ${deliveryLimit}) is above the input queue's ` +
+        `own delivery-limit (WORKER_QUEUE_DELIVERY_LIMIT, ${queueDeliveryLimit}; RabbitMQ 4 ` +
+        "gives a quorum queue 20): the broker would drop a task that keeps failing before the " +
+        "worker concludes it. Lower the worker's limit, or raise the queue's (a policy's " +
+        "delivery-limit) and say so in WORKER_QUEUE_DELIVERY_LIMIT",
+    )
+  }
   // A job takes one delivery at a time, so that it never holds more than it will run.
   return { problems, settings: s.mode === "job" ? { ...s, concurrency: 1 } : s }
 }

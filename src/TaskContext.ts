@@ -26,10 +26,16 @@ export type Progress = Effect.Effect<void> & PromiseLike<void>
  */
 export interface TaskContext {
   readonly taskId: string
-  /** 1 for the first delivery; the broker's delivery count plus one. */
+  /** 1 for the first attempt: the broker's count of failed deliveries plus one. */
   readonly attempt: number
   /** The last attempt: a `RetryableError` then concludes the task. */
   readonly deliveryLimit: number
+  /**
+   * The message's deliveries, this one included: above `attempt` where the broker counts
+   * deliveries that did not fail apart (RabbitMQ 4's `x-acquired-count` plus one: a shutdown's
+   * requeue), else `attempt`. Since 0.3.0.
+   */
+  readonly deliveries: number
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
   /**
@@ -99,6 +105,8 @@ export interface TaskInfo {
   readonly taskId: string
   readonly attempt: number
   readonly deliveryLimit: number
+  /** The deliveries, where the broker counts them apart; `attempt` otherwise. Since 0.3.0. */
+  readonly deliveries?: number | undefined
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
 }
@@ -133,6 +141,7 @@ class Live implements TaskContext {
   readonly taskId: string
   readonly attempt: number
   readonly deliveryLimit: number
+  readonly deliveries: number
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
   readonly progress: TaskContext["progress"]
@@ -149,6 +158,7 @@ class Live implements TaskContext {
     this.taskId = info.taskId
     this.attempt = info.attempt
     this.deliveryLimit = info.deliveryLimit
+    this.deliveries = info.deliveries ?? info.attempt
     this.clientId = info.clientId
     this.inputRefs = info.inputRefs
     this.progress = progress

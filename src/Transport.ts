@@ -10,14 +10,17 @@ import type { MessageType } from "./Protocol.ts"
 import type { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
 
 /**
- * What the broker says about earlier deliveries of a message: quorum queues count them
- * (`x-delivery-count`), classic queues only flag a redelivery.
+ * What the broker says about earlier deliveries of a message. A quorum queue counts them:
+ * `count` is its `x-delivery-count`, the deliveries that failed (on RabbitMQ 3.x every return
+ * counts; on 4.x only a `basic.reject` or a lost channel does, not a `basic.nack`), and
+ * `acquired` its `x-acquired-count` where the broker sends it (RabbitMQ 4.x): every earlier
+ * hand-out to a consumer, failed or not. A classic queue only flags a redelivery.
  *
  * @since 0.1.0
  * @category models
  */
 export type Redeliveries = Data.TaggedEnum<{
-  Counted: { readonly count: number }
+  Counted: { readonly count: number; readonly acquired?: number | undefined }
   Flagged: { readonly redelivered: boolean }
 }>
 
@@ -81,8 +84,17 @@ export interface Delivery {
   readonly lease: Lease
   /** Settles the delivery for good. */
   readonly ack: Effect.Effect<void, LeaseLost | TransportError>
-  /** Gives the message back to the queue, counted as a redelivery. */
+  /**
+   * Gives the message back to the queue as a failed attempt, counted as one on every broker
+   * (RabbitMQ: `basic.reject` with requeue).
+   */
   readonly requeue: Effect.Effect<void, LeaseLost | TransportError>
+  /**
+   * Gives the message back to the queue unprocessed, through no fault of its task (a shutdown, a
+   * service missing): not counted where the broker tells the two apart (RabbitMQ 4.x:
+   * `basic.nack` with requeue; 3.x counts every return). Since 0.3.0.
+   */
+  readonly release: Effect.Effect<void, LeaseLost | TransportError>
 }
 
 /**

@@ -45,8 +45,12 @@ export interface TaskRun<O = unknown> {
   /** The same messages, as the bytes on the wire. */
   readonly raw: ReadonlyArray<Uint8Array>
   readonly messageTypes: ReadonlyArray<MessageType>
-  /** What became of the inbound message: acked, requeued, or neither (a lost lease). */
-  readonly outcome: "ACKED" | "NACKED_REQUEUE" | "NONE"
+  /**
+   * What became of the inbound message: acked; given back as a failed attempt (`REJECTED_REQUEUE`,
+   * a retry: since 0.3.0) or unprocessed (`NACKED_REQUEUE`, a shutdown); or neither (a lost
+   * lease).
+   */
+  readonly outcome: "ACKED" | "REJECTED_REQUEUE" | "NACKED_REQUEUE" | "NONE"
   /**
    * The `success` response, if any, read back with the worker's `output` schema: the handler's
    * result as the platform can decode it (the JSON it receives is in `messages` and `raw`).
@@ -275,7 +279,8 @@ export const make = <A, I, O, R>(
         yield* engine.handle({
           ...delivery,
           ack: Effect.map(delivery.ack, () => void (outcome = "ACKED")),
-          requeue: Effect.map(delivery.requeue, () => void (outcome = "NACKED_REQUEUE")),
+          requeue: Effect.map(delivery.requeue, () => void (outcome = "REJECTED_REQUEUE")),
+          release: Effect.map(delivery.release, () => void (outcome = "NACKED_REQUEUE")),
         })
         // The harness keeps the queue empty: a requeued message is not run again by itself.
         yield* broker.purge(settings.inQueue)
@@ -392,6 +397,7 @@ export const makeTaskContext = (info: Partial<TaskContext.TaskInfo> = {}): {
       taskId: info.taskId ?? `task-${++sequence}`,
       attempt: info.attempt ?? 1,
       deliveryLimit: info.deliveryLimit ?? 5,
+      deliveries: info.deliveries,
       clientId: info.clientId,
       inputRefs: info.inputRefs ?? [],
     },

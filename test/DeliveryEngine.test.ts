@@ -227,6 +227,7 @@ const recorded = (delivery: Delivery, log: Array<string>): Delivery => ({
   ...delivery,
   ack: Effect.sync(() => log.push("ack")).pipe(Effect.andThen(delivery.ack)),
   requeue: Effect.sync(() => log.push("requeue")).pipe(Effect.andThen(delivery.requeue)),
+  release: Effect.sync(() => log.push("release")).pipe(Effect.andThen(delivery.release)),
 })
 
 // ---------------------------------------------------------------------------------------------
@@ -677,7 +678,7 @@ describe("DeliveryEngine", () => {
           expect(settlements).toEqual([])
           yield* TestClock.adjust("1 second")
           const decision = yield* Fiber.join(fiber)
-          expect(decision).toMatchObject({ outcome: "engine_error", action: "nack-requeue" })
+          expect(decision).toMatchObject({ outcome: "engine_error", action: "reject-requeue" })
           expect(runs).toBe(0)
           expect(settlements).toEqual(["requeue"])
           expect(yield* broker.ready(settings.inQueue)).toBe(1)
@@ -690,7 +691,7 @@ describe("DeliveryEngine", () => {
           ).toBe(true)
           expectSettled(logs, {
             outcome: "engine_error",
-            action: "nack-requeue",
+            action: "reject-requeue",
             taskId: "t-broken",
             attempt: 1,
           })
@@ -699,6 +700,52 @@ describe("DeliveryEngine", () => {
   })
 
   describe("attempts", () => {
+    it.effect("a retry whose backoff a shutdown cuts short is requeued at once as a failed attempt", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() => Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN" })))
+          const { engine, take } = yield* makeEngine(worker)
+          const settlements: Array<string> = []
+          const fiber = yield* Effect.forkChild(
+            engine.handle(recorded(yield* take("t-cut", { text: "x" }), settlements)),
+          )
+          yield* TestClock.adjust("100 millis")
+          expect(settlements).toEqual([])
+          yield* Fiber.interrupt(fiber)
+          // Rejected, not released: RabbitMQ 4 counts the failed attempt.
+          expect(settlements).toEqual(["requeue"])
+          const line = expectSettled(logs, {
+            outcome: "retry",
+            action: "reject-requeue",
+            code: "UPSTREAM_DOWN",
+            taskId: "t-cut",
+            attempt: 1,
+          })
+          expect(line.annotations.reason).toBe("shutdown")
+        })
+      ))
+
+    it.effect("a task released by three shutdowns runs as attempt 1; its decision says its deliveries", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const { broker, engine, settings, take } = yield* makeEngine(counting)
+          let delivery = yield* take("t-released", { text: "a b" })
+          for (let i = 0; i < 3; i++) {
+            yield* delivery.release
+            delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
+          }
+          yield* engine.handle(delivery)
+          const line = expectSettled(logs, {
+            outcome: "success",
+            action: "conclude",
+            taskId: "t-released",
+            attempt: 1,
+          })
+          expect(line.message).toContain("attempt=1/5 deliveries=4")
+          expect(line.annotations.deliveries).toBe(4)
+        })
+      ))
+
     it.effect("a quorum queue's x-delivery-count n makes attempt n + 1 of the delivery limit", () =>
       Effect.gen(function* () {
         const seen: Array<readonly [number, number]> = []
@@ -723,7 +770,7 @@ describe("DeliveryEngine", () => {
           settingsOverrides: { deliveryLimit: 3 },
         })
         const second = yield* harness.submit({ text: "x" }, { deliveryCount: 1 })
-        expect(second.outcome).toBe("NACKED_REQUEUE")
+        expect(second.outcome).toBe("REJECTED_REQUEUE")
         expect(second.messageTypes).toEqual(["started"])
         const third = yield* harness.submit({ text: "x" }, { deliveryCount: 2 })
         third.assertFailed({ code: "BUSY" })
@@ -745,7 +792,7 @@ describe("DeliveryEngine", () => {
           )
           expect(first).toMatchObject({
             outcome: "retry",
-            action: "nack-requeue",
+            action: "reject-requeue",
             attempt: 1,
             deliveryLimit: 2,
           })
@@ -797,7 +844,7 @@ describe("DeliveryEngine", () => {
           if (elapsed > 600_000) return yield* Effect.die(new Error("never requeued"))
         }
         const run = yield* Fiber.join(fiber)
-        expect(run.outcome).toBe("NACKED_REQUEUE")
+        expect(run.outcome).toBe("REJECTED_REQUEUE")
         expect(run.messageTypes).toEqual(["started"])
         expect(run.error).toBeUndefined()
         return elapsed
@@ -823,11 +870,11 @@ describe("DeliveryEngine", () => {
           expect(yield* harness.broker.unacked(harness.settings.inQueue)).toBe(1)
           yield* TestClock.adjust("510 millis")
           const run = yield* Fiber.join(fiber)
-          expect(run.outcome).toBe("NACKED_REQUEUE")
+          expect(run.outcome).toBe("REJECTED_REQUEUE")
           expect(run.messageTypes).toEqual(["started"])
           expectSettled(logs, {
             outcome: "retry",
-            action: "nack-requeue",
+            action: "reject-requeue",
             taskId: "t-retry",
             code: "BUSY",
             attempt: 1,
@@ -888,7 +935,7 @@ describe("DeliveryEngine", () => {
         expect(yield* isDone(fiber)).toBe(false)
         yield* TestClock.adjust("1 millis")
         const run = yield* Fiber.join(fiber)
-        expect(run.outcome).toBe("NACKED_REQUEUE")
+        expect(run.outcome).toBe("REJECTED_REQUEUE")
         expect(run.messageTypes).toEqual(["started"])
       }))
 
@@ -903,7 +950,7 @@ describe("DeliveryEngine", () => {
         expect(yield* isDone(fiber)).toBe(false)
         yield* TestClock.adjust("1 millis")
         const run = yield* Fiber.join(fiber)
-        expect(run.outcome).toBe("NACKED_REQUEUE")
+        expect(run.outcome).toBe("REJECTED_REQUEUE")
       }))
 
     it.effect("backoff: equal jitter between half and all of base * 2^(attempt - 1)", () =>
@@ -1030,14 +1077,14 @@ describe("DeliveryEngine", () => {
           yield* TestClock.adjust("20 seconds")
           expect(yield* Fiber.join(fiber)).toMatchObject({
             outcome: "publish_failed",
-            action: "nack-requeue",
+            action: "reject-requeue",
             reason: "started",
           })
           expect(runs).toBe(0)
           expect(settlements).toEqual(["requeue"])
           expectSettled(logs, {
             outcome: "publish_failed",
-            action: "nack-requeue",
+            action: "reject-requeue",
             taskId: "t-refused",
             attempt: 1,
             reason: "started",
@@ -1056,7 +1103,8 @@ describe("DeliveryEngine", () => {
           )
           yield* TestClock.adjust("3 seconds")
           yield* Fiber.interrupt(fiber)
-          expect(settlements).toEqual(["requeue"])
+          // Unprocessed through no fault of its own: a release, which RabbitMQ 4 does not count.
+          expect(settlements).toEqual(["release"])
           expectSettled(logs, {
             outcome: "shutdown_requeued",
             action: "nack-requeue",
@@ -1316,6 +1364,7 @@ describe("DeliveryEngine", () => {
             taskId: ctx.taskId,
             attempt: ctx.attempt,
             deliveryLimit: ctx.deliveryLimit,
+            deliveries: ctx.deliveries,
             clientId: ctx.clientId,
             inputRefs: ctx.inputRefs,
           }
@@ -1335,6 +1384,7 @@ describe("DeliveryEngine", () => {
           taskId: "t-ctx",
           attempt: 3,
           deliveryLimit: 4,
+          deliveries: 3,
           clientId: "client-42",
           inputRefs: ["s3://bucket/a.pdf", "s3://bucket/b.pdf"],
         })

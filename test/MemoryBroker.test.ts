@@ -34,7 +34,9 @@ const reader = (transport: Transport["Service"]) =>
     return { next, take, takeN }
   })
 
-const counted = (count: number) => Redeliveries.Counted({ count })
+/** As a quorum queue of RabbitMQ 4 reports it: the acquired count from the second hand-out on. */
+const counted = (count: number, acquired = count) =>
+  acquired === 0 ? Redeliveries.Counted({ count }) : Redeliveries.Counted({ count, acquired })
 
 /** Takes every waiting message with basic.get: `[body, redeliveries]`. */
 const drain = (broker: MemoryBroker.MemoryBroker["Service"], queue: string) =>
@@ -177,6 +179,22 @@ describe("MemoryBroker", () => {
       yield* third.ack
       expect(yield* depth(broker)).toEqual({ ready: 0, unacked: 0 })
       expect(yield* broker.published(IN)).toHaveLength(1)
+    }))
+
+  it.effect("release redelivers without counting a failed delivery, as a nack on RabbitMQ 4", () =>
+    Effect.gen(function* () {
+      const broker = yield* MemoryBroker.make()
+      const transport = yield* broker.transport(options({ capacity: 1 }))
+      const { take } = yield* reader(transport)
+      yield* publishAll(broker, 1, 1)
+      yield* (yield* take).release
+      const second = yield* take
+      expect(second.redeliveries).toEqual(counted(0, 1))
+      yield* second.requeue
+      const third = yield* take
+      expect(third.redeliveries).toEqual(counted(1, 2))
+      yield* third.release
+      expect((yield* take).redeliveries).toEqual(counted(1, 3))
     }))
 
   it.effect("a classic transport flags a redelivery instead of counting it", () =>

@@ -381,6 +381,22 @@ describe("Settings", () => {
         expect(error.problems).toEqual(["the input and output queues must differ"])
       }))
 
+    it.effect("refuses a delivery limit above the queue's own (RabbitMQ 4: 20), unless told the queue's is higher", () =>
+      Effect.gen(function* () {
+        const error = yield* loadError({ WORKER_DELIVERY_LIMIT: "25" })
+        expect(error.problems).toHaveLength(1)
+        expect(error.problems[0]).toContain("WORKER_DELIVERY_LIMIT, 25")
+        expect(error.problems[0]).toContain("WORKER_QUEUE_DELIVERY_LIMIT, 20")
+        expect((yield* load({ WORKER_DELIVERY_LIMIT: "20" })).deliveryLimit).toBe(20)
+        const raised = yield* load({
+          WORKER_DELIVERY_LIMIT: "25",
+          WORKER_QUEUE_DELIVERY_LIMIT: "30",
+        })
+        expect([raised.deliveryLimit, raised.queueDeliveryLimit]).toEqual([25, 30])
+        const inCode = yield* loadError({}, { deliveryLimit: 21 })
+        expect(inCode.problems[0]).toContain("WORKER_DELIVERY_LIMIT, 21")
+      }))
+
     it.effect("refuses a backoff base above the backoff max", () =>
       Effect.gen(function* () {
         const error = yield* loadError({

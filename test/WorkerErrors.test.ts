@@ -41,7 +41,7 @@ describe("a worker's error mapping", () => {
       const harness = yield* WorkerHarness.make(worker)
       ;(yield* harness.submit({ id: "gone" })).assertFailed({ code: "NOT_FOUND" })
       const retried = yield* harness.submit({ id: "slow" })
-      expect(retried.outcome).toBe("NACKED_REQUEUE")
+      expect(retried.outcome).toBe("REJECTED_REQUEUE")
       const last = yield* harness.submit({ id: "slow" }, { deliveryCount: 4 })
       last.assertFailed({ code: "DB_TIMEOUT" })
       ;(yield* harness.submit({ id: "here" })).assertSucceeded()

@@ -130,10 +130,10 @@ describe("WorkerHarness", () => {
     expect(() => run.assertSucceeded()).toThrow(/Expected the task to succeed/)
   })
 
-  it("a retry before the last attempt is NACKED_REQUEUE with nothing terminal; at the last, it concludes", async () => {
+  it("a retry before the last attempt is REJECTED_REQUEUE with nothing terminal; at the last, it concludes", async () => {
     await using harness = await WorkerHarness.start(worker)
     const first = await harness.submit({ text: "retry" })
-    expect(first.outcome).toBe("NACKED_REQUEUE")
+    expect(first.outcome).toBe("REJECTED_REQUEUE")
     expect(first.messageTypes).toEqual(["started"])
     const last = await harness.submit({ text: "retry" }, { deliveryCount: 4 })
     last.assertFailed({ code: "LATER" })

@@ -19,7 +19,7 @@ import { join } from "node:path"
 import process from "node:process"
 import { Buffer } from "node:buffer"
 import amqp from "amqplib"
-import { urlFor } from "../integration/broker.ts"
+import { BROKER_PORT, RABBITMQCTL, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
 
 export type { Runtime }
@@ -190,16 +190,16 @@ const execFileAsync = (file: string, args: ReadonlyArray<string>, timeout = 120_
 
 /** `rabbitmqctl`, without blocking the event loop: the platform's consumer goes on meanwhile. */
 export const rabbitmqctl = (...args: ReadonlyArray<string>): Promise<string> =>
-  execFileAsync("rabbitmqctl", ["-q", ...args])
+  execFileAsync(RABBITMQCTL, ["-q", ...args])
 
 /** Starts the broker's application if it is stopped, and waits for it: idempotent. */
 export const ensureBrokerRunning = (): void => {
   try {
-    execFileSync("rabbitmqctl", ["-q", "start_app"], { encoding: "utf8", timeout: 120_000 })
+    execFileSync(RABBITMQCTL, ["-q", "start_app"], { encoding: "utf8", timeout: 120_000 })
   } catch {
     // Already running.
   }
-  execFileSync("rabbitmqctl", ["-q", "await_startup"], { encoding: "utf8", timeout: 120_000 })
+  execFileSync(RABBITMQCTL, ["-q", "await_startup"], { encoding: "utf8", timeout: 120_000 })
 }
 
 /** The chaos vhost, quorum by default, with guest's permissions: made once, idempotently. */
@@ -219,12 +219,13 @@ const listConnections = async (vhost: string) =>
     .filter((f) => f.length === 3 && f[0]!.startsWith("<") && f[2] === vhost)
     .map(([pid, port]) => ({ pid: pid!, port: Number(port) }))
 
-/** Local ports of the TCP connections to 5672 each process holds (`ss -p`). */
+/** Local ports of the TCP connections to the broker each process holds (`ss -p`). */
 const portsByProcess = async (): Promise<Map<number, Set<number>>> => {
-  const out = await execFileAsync("ss", ["-tnpH", "dport = :5672"], 10_000)
+  const out = await execFileAsync("ss", ["-tnpH", `dport = :${BROKER_PORT}`], 10_000)
   const map = new Map<number, Set<number>>()
+  const connection = new RegExp(`\\s127\\.0\\.0\\.1:(\\d+)\\s+127\\.0\\.0\\.1:${BROKER_PORT}\\s`)
   for (const line of out.split("\n")) {
-    const local = /\s127\.0\.0\.1:(\d+)\s+127\.0\.0\.1:5672\s/.exec(line)
+    const local = connection.exec(line)
     if (local === null) continue
     for (const owner of line.matchAll(/pid=(\d+)/g)) {
       const pid = Number(owner[1])

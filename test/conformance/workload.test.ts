@@ -40,7 +40,7 @@ describe("the conformance workload", () => {
     )
     run.assertFailed({ code: "AGAIN" })
     const retried = await harness.submit({ steps: [], end: { retry: { code: "AGAIN" } } })
-    expect(retried.outcome).toBe("NACKED_REQUEUE")
+    expect(retried.outcome).toBe("REJECTED_REQUEUE")
   })
 
   it("breaks its output schema: INVALID_OUTPUT", async () => {

@@ -1,17 +1,33 @@
 /**
- * The real RabbitMQ on 127.0.0.1:5672 for integration tests: vhosts made like production ones
- * (quorum by default) or plain (classic), unique queue names, and a client to play the platform.
+ * The real RabbitMQ for integration tests: the machine's on 127.0.0.1:5672, or the one that
+ * `TEST_RABBITMQ_PORT` and `TEST_RABBITMQCTL` name (the RabbitMQ 4 node of scripts/rabbitmq4.sh,
+ * as vitest.rabbitmq4.config.ts sets them); vhosts made like production ones (quorum by default)
+ * or plain (classic), unique queue names, and a client to play the platform.
  */
 import { execFileSync } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { Buffer } from "node:buffer"
+import process from "node:process"
 import amqp from "amqplib"
 
 export const QUORUM_VHOST = "async-task-worker-quorum"
 export const CLASSIC_VHOST = "async-task-worker-classic"
 
-const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
+/** The AMQP port of the broker under test, on 127.0.0.1. */
+export const BROKER_PORT = Number(process.env.TEST_RABBITMQ_PORT ?? 5672)
+
+/** The `rabbitmqctl` that reaches the broker under test (a wrapper for the RabbitMQ 4 node). */
+export const RABBITMQCTL = process.env.TEST_RABBITMQCTL ?? "rabbitmqctl"
+
+/** The `rabbitmq-diagnostics` beside it. */
+export const RABBITMQ_DIAGNOSTICS = RABBITMQCTL.replace(/rabbitmqctl$/, "rabbitmq-diagnostics")
+
+/** `rabbitmqctl -q ...args` on the broker under test: its output. */
+export const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
+  execFileSync(RABBITMQCTL, ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
+
+/** Whether the broker under test is RabbitMQ 4 or later. */
+export const isRabbitMQ4 = (): boolean => Number(rabbitmqctl("version").trim().split(".")[0]) >= 4
 
 /** Makes both vhosts once, idempotently, with guest's permissions. */
 export const ensureVhosts = (): void => {
@@ -26,7 +42,7 @@ export const ensureVhosts = (): void => {
 }
 
 export const urlFor = (vhost: string, password = "guest"): string =>
-  `amqp://guest:${password}@127.0.0.1:5672/${encodeURIComponent(vhost)}`
+  `amqp://guest:${password}@127.0.0.1:${BROKER_PORT}/${encodeURIComponent(vhost)}`
 
 export const uniqueName = (prefix: string): string => `${prefix}-${randomUUID().slice(0, 8)}`
 
@@ -83,15 +99,25 @@ export const platform = async (vhost: string) => {
       }
     },
     count: async (queue: string) => (await channel.checkQueue(queue)).messageCount,
-    /** Takes the queue's head message and gives it back `times` times, as crashed workers would. */
+    /**
+     * Takes the queue's head message `times` times and closes the channel that holds it unacked,
+     * as a crashed worker would: a failed delivery on every RabbitMQ (a nack would not count on 4).
+     */
     redeliver: async (queue: string, times: number) => {
       // A quorum queue may not hold a message published just before until its confirm: without
       // this, the first `get` could find the queue empty.
       await channel.waitForConfirms()
       for (let i = 0; i < times; i++) {
-        const message = await channel.get(queue, { noAck: false })
+        const holder = await connection.createChannel()
+        // The message closed with the last holder may take a moment to be back.
+        const deadline = Date.now() + 10_000
+        let message = await holder.get(queue, { noAck: false })
+        while (message === false && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 20))
+          message = await holder.get(queue, { noAck: false })
+        }
         if (message === false) throw new Error(`${queue} is empty`)
-        channel.nack(message, false, true)
+        await holder.close()
       }
     },
     /** Reads the output queue until `done` holds of all read so far, within `ms`. */

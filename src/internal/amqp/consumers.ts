@@ -19,7 +19,10 @@ import { connectError, messageOf } from "./errors.ts"
 export const MAX_CONSUMERS = 16
 
 /** What of amqplib's channel consuming uses. */
-export type ConsumerChannel = Pick<Amqp.Channel, "prefetch" | "consume" | "cancel" | "ack" | "nack">
+export type ConsumerChannel = Pick<
+  Amqp.Channel,
+  "prefetch" | "consume" | "cancel" | "ack" | "nack" | "reject"
+>
 
 /** The consumer channel of a connection, with what its deliveries' leases die with. */
 export interface Consuming {
@@ -180,10 +183,11 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
       if (stopped) return Effect.void
       stopped = true
       return cancelAll.pipe(
-        // Delivered but never taken: give them back now rather than when the channel closes.
+        // Delivered but never taken: give them back now, unprocessed (a nack, which RabbitMQ 4 does not
+        // count), rather than when the channel closes (which counts as a failed delivery).
         Effect.andThen(
           Effect.suspend(() =>
-            Effect.forEach(inbox.takeAll(), (d) => Effect.ignore(d.requeue), { discard: true })
+            Effect.forEach(inbox.takeAll(), (d) => Effect.ignore(d.release), { discard: true })
           ),
         ),
         Effect.andThen(Effect.sync(() => inbox.close())),

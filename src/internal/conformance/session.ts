@@ -163,7 +163,10 @@ export const observe = (
     )
     const left = yield* countsOf(c, options.inQueue)
     const unacked = options.unacked === undefined
-      ? { unobserved: "the unacked count needs the management API (--management) or --rabbitmqctl" }
+      ? {
+        unobserved:
+          "no management API or rabbitmqctl speaks for this broker (--management, --rabbitmqctl)",
+      }
       : yield* settledUnacked(options.unacked)
     return { readings: [...readings], ready: left.messageCount, unacked }
   }))

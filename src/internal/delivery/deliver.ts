@@ -152,7 +152,11 @@ function* runTask<A, O, R>(
   if (next._tag === "Backoff") {
     const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
     const slept = yield* Effect.exit(it.restore(Effect.sleep(delay)))
-    if (slept._tag === "Failure") plan = requeue(task, "shutdown_requeued")
+    // A shutdown cuts the backoff short: still the retry of an attempt that failed, rejected so
+    // that every broker counts it.
+    if (slept._tag === "Failure") {
+      plan = requeue(task, "retry", { code: plan.decision.code, reason: "shutdown" })
+    }
   } else if (next.note !== undefined) {
     yield* logNote(next.note)
   }

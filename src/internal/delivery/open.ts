@@ -26,16 +26,29 @@ export type Opening<A> =
 const isDeliveryCount = (count: unknown): count is number =>
   typeof count === "number" && Number.isInteger(count) && count >= 0
 
-/** Step 2: the message's attempt, and the limit it counts against, from what the broker says. */
+/**
+ * Step 2: the message's attempt (its failed deliveries plus one), the limit it counts against,
+ * and, where the broker counts them apart (RabbitMQ 4's acquired count), its deliveries.
+ */
 export const attemptOf = (
   redeliveries: Redeliveries,
   deliveryLimit: number,
-): { readonly attempt: number; readonly deliveryLimit: number } =>
-  redeliveries._tag === "Counted"
-    // A count that is not one (negative, fractional) is taken as the first attempt.
-    ? { attempt: isDeliveryCount(redeliveries.count) ? redeliveries.count + 1 : 1, deliveryLimit }
+): {
+  readonly attempt: number
+  readonly deliveryLimit: number
+  readonly deliveries?: number | undefined
+} => {
+  if (redeliveries._tag === "Flagged") {
     // A classic queue says only whether it was delivered before: one retry at most.
-    : { attempt: redeliveries.redelivered ? 2 : 1, deliveryLimit: Math.min(deliveryLimit, 2) }
+    return { attempt: redeliveries.redelivered ? 2 : 1, deliveryLimit: Math.min(deliveryLimit, 2) }
+  }
+  // A count that is not one (negative, fractional) is taken as the first attempt.
+  const attempt = isDeliveryCount(redeliveries.count) ? redeliveries.count + 1 : 1
+  const acquired = redeliveries.acquired
+  return isDeliveryCount(acquired)
+    ? { attempt, deliveryLimit, deliveries: acquired + 1 }
+    : { attempt, deliveryLimit }
+}
 
 /** The warning a delivery's count calls for, when it is not a count. */
 export const countWarning = (redeliveries: Redeliveries): string | undefined =>

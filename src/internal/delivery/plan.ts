@@ -17,6 +17,8 @@ export interface TaskRef {
   /** Unknown for an envelope too broken to read its delivery count against. */
   readonly attempt?: number | undefined
   readonly deliveryLimit?: number | undefined
+  /** Its deliveries, this one included, where the broker counts them apart from its attempts. */
+  readonly deliveries?: number | undefined
 }
 
 /**
@@ -65,6 +67,7 @@ const decide = (
   taskId: task?.taskId,
   attempt: task?.attempt,
   deliveryLimit: task?.deliveryLimit,
+  deliveries: task?.deliveries,
   ...(extra.code === undefined ? {} : { code: extra.code }),
   ...(extra.reason === undefined ? {} : { reason: extra.reason }),
 })
@@ -75,12 +78,31 @@ export const ack = (task: TaskRef | undefined, outcome: Decision.Outcome, extra?
   decision: decide(task, outcome, "ack", extra),
 })
 
-/** Requeue the message: the task runs again (or a lease lost first: the broker has it). */
+/**
+ * How a message goes back to the queue, by what sent it back (docs/protocol.md, "Returning a
+ * message"): a task that failed on this attempt is rejected, which every broker counts against
+ * its delivery limit; a task not processed through no fault of its own (a shutdown, a service
+ * missing) is nacked, which RabbitMQ 4 does not count, and so neither spends an attempt nor
+ * nears the queue's own delivery-limit.
+ */
+export const returnedAs = (
+  outcome: Decision.Outcome,
+  reason: string | undefined,
+): "reject-requeue" | "nack-requeue" =>
+  outcome === "shutdown_requeued" || outcome === "cancelled" ||
+    (outcome === "engine_error" && reason === "missing_service")
+    ? "nack-requeue"
+    : "reject-requeue"
+
+/** Requeue the message: the task runs again, rejected or nacked as {@link returnedAs} says. */
 export const requeue = (
   task: TaskRef | undefined,
   outcome: Decision.Outcome,
   extra?: Extra,
-): Plan => ({ _tag: "Requeue", decision: decide(task, outcome, "nack-requeue", extra) })
+): Plan => ({
+  _tag: "Requeue",
+  decision: decide(task, outcome, returnedAs(outcome, extra?.reason), extra),
+})
 
 /** A lost lease: the broker has the message back, and nothing more is published for it. */
 export const fenced = (task: TaskRef | undefined, reason: string): Plan => ({

@@ -127,6 +127,7 @@ export function* runHandler<A, O, R>(
       taskId: task.taskId,
       attempt: task.attempt,
       deliveryLimit: task.deliveryLimit,
+      deliveries: task.deliveries,
       clientId: envelope.clientId,
       inputRefs: envelope.inputRefs ?? [],
     },

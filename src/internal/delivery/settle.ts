@@ -11,7 +11,7 @@ import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
-import { backoffMillis, type Plan } from "./plan.ts"
+import { backoffMillis, type Plan, returnedAs } from "./plan.ts"
 import { hold, logBroken, publishHeld } from "./publish.ts"
 
 /** The backoff before the requeue of `attempt` (see `backoffMillis`), warning of an own delay ignored. */
@@ -50,12 +50,18 @@ const settleFailed = (
   )
 }
 
-/** Gives the message back to the queue; the decision says if the broker refused. */
+/**
+ * Gives the message back to the queue, as a failed attempt or unprocessed as the decision's
+ * action says; the decision says if the broker refused.
+ */
 export const requeueDelivery = (it: InHand, decision: Decision.Decision) =>
-  Effect.matchCauseEffect(it.delivery.requeue, {
-    onFailure: (cause) => settleFailed(it, decision, "requeue", cause),
-    onSuccess: () => Effect.succeed(decision),
-  })
+  Effect.matchCauseEffect(
+    decision.action === "nack-requeue" ? it.delivery.release : it.delivery.requeue,
+    {
+      onFailure: (cause) => settleFailed(it, decision, "requeue", cause),
+      onSuccess: () => Effect.succeed(decision),
+    },
+  )
 
 /** Acks the message; the decision says if the broker refused. */
 const ackDelivery = (it: InHand, decision: Decision.Decision) =>
@@ -105,7 +111,11 @@ export function* settle<A, O, R>(
         : published === "closing"
         ? "shutdown_requeued"
         : "engine_error"
-      const decision: Decision.Decision = { ...plan.decision, outcome, action: "nack-requeue" }
+      const decision: Decision.Decision = {
+        ...plan.decision,
+        outcome,
+        action: returnedAs(outcome, undefined),
+      }
       return yield* requeueSettled(ctx, it, decision)
     }
   }

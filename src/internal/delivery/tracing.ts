@@ -186,6 +186,7 @@ export class DeliveryTrace {
       span.attribute("task.attempt", decision.attempt)
       span.attribute("task.delivery_limit", decision.deliveryLimit)
     }
+    if (decision.deliveries !== undefined) span.attribute("task.deliveries", decision.deliveries)
     span.attribute("task.outcome", decision.outcome)
     span.attribute("task.action", decision.action)
     if (decision.code !== undefined) span.attribute("task.code", decision.code)

@@ -16,13 +16,18 @@ export interface StoredMessage {
   readonly headers: Readonly<Record<string, unknown>> | undefined
   /** The id the publisher gave the message, if any. */
   readonly messageId: string | undefined
+  /** Its failed deliveries, as a quorum queue's `x-delivery-count`. */
   deliveryCount: number
+  /** Its hand-outs to a consumer, as RabbitMQ 4's `x-acquired-count`. */
+  acquiredCount: number
 }
 
 export type LeaseState = "held" | "settled" | "lost"
 
 export interface Held {
   readonly message: StoredMessage
+  /** The message's hand-outs before this one. */
+  readonly acquired: number
   readonly consumer: ConsumerCore | undefined
   readonly leaseMillis: number | undefined
   deadline: number
@@ -87,6 +92,7 @@ export class BrokerCore {
       headers,
       messageId,
       deliveryCount,
+      acquiredCount: deliveryCount,
     }
     if (this.retainLog) q.log.push(message)
     q.ready.push(message)
@@ -166,8 +172,9 @@ export class BrokerCore {
     // Back to the front of the queue in their original order: the last one goes first.
     for (let i = untaken.length - 1; i >= 0; i--) {
       const h = untaken[i]!
-      // Never seen by the application: back to the queue without counting a redelivery.
+      // Never seen by the application: back to the queue as if never handed out.
       this.release(h, "settled")
+      h.message.acquiredCount = h.acquired
       this.requeueFront(q, h.message)
     }
     this.dispatch(q)
@@ -187,10 +194,14 @@ export class BrokerCore {
     return undefined
   }
 
-  requeue(h: Held): LeaseLost | undefined {
+  /**
+   * Back to the queue's tail as a failed delivery (`basic.reject`), or, `counted` false,
+   * unprocessed (`basic.nack`, which RabbitMQ 4 does not count).
+   */
+  requeue(h: Held, counted: boolean): LeaseLost | undefined {
     if (h.state !== "held") return new LeaseLost({ reason: "stale" })
     this.release(h, "settled")
-    h.message.deliveryCount++
+    if (counted) h.message.deliveryCount++
     h.message.queue.ready.push(h.message)
     this.dispatch(h.message.queue)
     return undefined
@@ -266,6 +277,7 @@ export class BrokerCore {
   ): Held {
     const h: Held = {
       message,
+      acquired: message.acquiredCount++,
       consumer,
       leaseMillis,
       deadline: leaseMillis === undefined ? Infinity : this.now() + leaseMillis,

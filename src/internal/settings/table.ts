@@ -38,6 +38,12 @@ export const table = {
     min: 1,
     meaning: "the last attempt, then `TASK_ABANDONED_AFTER_REDELIVERIES`",
   }),
+  queueDeliveryLimit: integer({
+    env: "WORKER_QUEUE_DELIVERY_LIMIT",
+    default: 20,
+    min: 1,
+    meaning: "the input queue's own delivery-limit (RabbitMQ 4's: 20)",
+  }),
   retryBackoffBase: duration({
     env: "WORKER_RETRY_BACKOFF_BASE_S",
     default: 1,

@@ -18,6 +18,7 @@ const message = (
 const settling = (log: Array<string>) => ({
   ack: () => void log.push("ack"),
   nack: (_: unknown, __?: boolean, requeue?: boolean) => void log.push(`nack ${requeue}`),
+  reject: (_: unknown, requeue?: boolean) => void log.push(`reject ${requeue}`),
 })
 
 describe("a consumer channel's deliveries", () => {
@@ -33,6 +34,21 @@ describe("a consumer channel's deliveries", () => {
     )
   })
 
+  it("on RabbitMQ 4, read x-acquired-count beside x-delivery-count: a quorum queue whose message was only nacked is no classic one", () => {
+    const shared = channelDeliveries(settling([]), new LeaseLoss())
+    const of = (m: Amqp.ConsumeMessage) => toDelivery(m, shared).redeliveries
+    // Nacked three times (a shutdown's requeues): no failed delivery, three earlier hand-outs.
+    expect(of(message({ redelivered: true, headers: { "x-acquired-count": 3 } }))).toEqual(
+      Redeliveries.Counted({ count: 0, acquired: 3 }),
+    )
+    expect(
+      of(message({
+        redelivered: true,
+        headers: { "x-delivery-count": 2, "x-acquired-count": 5 },
+      })),
+    ).toEqual(Redeliveries.Counted({ count: 2, acquired: 5 }))
+  })
+
   it.effect("settle on their channel while its lease lives; then fail with why it was lost", () =>
     Effect.gen(function* () {
       const log: Array<string> = []
@@ -43,7 +59,9 @@ describe("a consumer channel's deliveries", () => {
       )
       yield* delivery.ack
       yield* delivery.requeue
-      expect(log).toEqual(["ack", "nack true"])
+      yield* delivery.release
+      // A failed attempt is rejected (counted by every RabbitMQ), an unprocessed one nacked.
+      expect(log).toEqual(["ack", "reject true", "nack true"])
       leases.lose("channel_closed")
       expect(delivery.lease.isLost()).toBe(true)
       expect(yield* delivery.lease.lost).toEqual(new LeaseLost({ reason: "channel_closed" }))
@@ -57,6 +75,7 @@ describe("a consumer channel's deliveries", () => {
           throw new Error("Channel closed")
         },
         nack: () => {},
+        reject: () => {},
       }
       const delivery = toDelivery(
         message({ redelivered: false }),

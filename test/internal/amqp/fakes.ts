@@ -108,6 +108,10 @@ export class FakeChannel extends EventEmitter {
     this.log.push(`${this.name}.nack ${message.fields.deliveryTag}${requeue ? " requeue" : ""}`)
   }
 
+  reject(message: Amqp.Message, requeue?: boolean): void {
+    this.log.push(`${this.name}.reject ${message.fields.deliveryTag}${requeue ? " requeue" : ""}`)
+  }
+
   assertQueue(queue: string, options?: Amqp.Options.AssertQueue): Promise<unknown> {
     return this.call("assertQueue", `${queue}${options?.durable ? " durable" : ""}`, () => ({}))
   }

@@ -30,7 +30,10 @@ describe("AMQP headers", () => {
     }))
 
   it("a delivery carries its message's headers as amqplib decoded them, or none", () => {
-    const shared = channelDeliveries({ ack: () => {}, nack: () => {} }, new LeaseLoss())
+    const shared = channelDeliveries(
+      { ack: () => {}, nack: () => {}, reject: () => {} },
+      new LeaseLoss(),
+    )
     const message = (headers: Record<string, unknown> | undefined) =>
       ({
         content: new Uint8Array(),

@@ -95,6 +95,24 @@ describe("attempts", () => {
     expect(countWarning(Redeliveries.Counted({ count: 0 }))).toBeUndefined()
   })
 
+  it("RabbitMQ 4's acquired count is the deliveries, beside the attempt from the failed ones", () => {
+    // Three shutdowns' nacks, no failure: still the first attempt, its fourth delivery.
+    expect(attemptOf(Redeliveries.Counted({ count: 0, acquired: 3 }), 5)).toEqual({
+      attempt: 1,
+      deliveryLimit: 5,
+      deliveries: 4,
+    })
+    expect(attemptOf(Redeliveries.Counted({ count: 2, acquired: 4 }), 5)).toEqual({
+      attempt: 3,
+      deliveryLimit: 5,
+      deliveries: 5,
+    })
+    expect(attemptOf(Redeliveries.Counted({ count: 1, acquired: -1 }), 5)).toEqual({
+      attempt: 2,
+      deliveryLimit: 5,
+    })
+  })
+
   it("a classic queue's flag: attempt 1 or 2, of at most 2", () => {
     expect(attemptOf(Redeliveries.Flagged({ redelivered: false }), 5)).toEqual({
       attempt: 1,

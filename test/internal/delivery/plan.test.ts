@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration } from "effect"
-import { backoffMillis } from "../../../src/internal/delivery/plan.ts"
+import { backoffMillis, requeue, returnedAs } from "../../../src/internal/delivery/plan.ts"
 
 const settings = {
   retryBackoffBase: Duration.seconds(1),
@@ -21,5 +21,23 @@ describe("backoffMillis", () => {
     expect(backoffMillis(settings, 1, "5 minutes", 0).millis).toBe(60_000)
     expect(backoffMillis(settings, 1, "nonsense", 0)).toEqual({ millis: 500, ownIgnored: true })
     expect(backoffMillis(settings, 1, -1, 0).ownIgnored).toBe(true)
+  })
+})
+
+describe("how a message goes back to the queue", () => {
+  it("a failed attempt is rejected (counted on every broker), an unprocessed one nacked", () => {
+    const table = [
+      ["retry", undefined, "reject-requeue"],
+      ["publish_failed", "started", "reject-requeue"],
+      ["engine_error", undefined, "reject-requeue"],
+      ["engine_error", "missing_service", "nack-requeue"],
+      ["shutdown_requeued", undefined, "nack-requeue"],
+      ["cancelled", "lease_lost", "nack-requeue"],
+    ] as const
+    for (const [outcome, reason, action] of table) {
+      expect(returnedAs(outcome, reason), `${outcome} ${reason}`).toBe(action)
+      const plan = requeue({ taskId: "t", attempt: 1, deliveryLimit: 3 }, outcome, { reason })
+      expect(plan.decision.action).toBe(action)
+    }
   })
 })
