@@ -4,23 +4,10 @@
  * @since 0.1.0
  */
 import { Cause, Clock, Context, type Fiber, type Logger, LogLevel, References } from "effect"
+import type { Outcome } from "./internal/outcome.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
-/**
- * What became of the task.
- *
- * @since 0.1.0
- * @category models
- */
-export type Outcome =
-  | "success"
-  | "failure"
-  | "poison"
-  | "retry"
-  | "publish_failed"
-  | "shutdown_requeued"
-  | "cancelled"
-  | "engine_error"
+export type { Outcome } from "./internal/outcome.ts"
 
 /**
  * What was done with the message: acked, concluded (terminal message confirmed, then acked), given

@@ -12,118 +12,22 @@
  *
  * @since 0.1.0
  */
-import { Data, type Duration, Effect, Layer, Option, Ref, Result, type Scope } from "effect"
+import { type Duration, Effect, Layer, Option, Ref, Result, type Scope } from "effect"
 import * as Life from "./internal/lifecycle/life.ts"
-import { live, processSettings } from "./internal/lifecycle/process.ts"
+import type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
+import { live, processSettings, type RunOptions } from "./internal/lifecycle/process.ts"
+import type { ConsumingError, LifecycleState } from "./internal/lifecycle/state.ts"
 import type * as Probes from "./Probes.ts"
 import { type ExitCode, Process } from "./Process.ts"
 import * as Settings from "./Settings.ts"
 import type { Transport } from "./Transport.ts"
 import type * as Worker from "./WorkerDefinition.ts"
-import type {
-  BrokerUnreachable,
-  IdleHookError,
-  MissingServiceError,
-  ServicesError,
-  SettingsError,
-  StartupHookError,
-  TransportError,
-} from "./WorkerError.ts"
+import type { TransportError } from "./WorkerError.ts"
 import type { RunningWorker } from "./WorkerProgram.ts"
 
-/**
- * Where the worker is in its life; each state says which step moves the worker into it.
- *
- * @since 0.1.0
- * @category models
- */
-export type LifecycleState = Data.TaggedEnum<{
-  /** From the start: the settings read, the startup hooks running, the transport connecting. */
-  // deno-lint-ignore ban-types
-  Starting: {}
-  /** The program is consuming (its transport connected, or still connecting or reconnecting). */
-  // deno-lint-ignore ban-types
-  Running: {}
-  /**
-   * Intake has stopped and the tasks in hand are finishing: the shutdown has begun (a signal,
-   * the scope closing, `worker.stop()`), or a job has taken its last task. No longer ready.
-   */
-  // deno-lint-ignore ban-types
-  Draining: {}
-  /**
-   * Consuming ended with `error` (the transport failing for good, the `onIdle` hook failing, a
-   * job's broker out of reach); the shutdown follows.
-   */
-  Failed: { readonly error: ConsumingError }
-}>
-
-/**
- * Constructors and matchers for {@link LifecycleState}.
- *
- * @since 0.1.0
- * @category models
- */
-export const LifecycleState = Data.taggedEnum<LifecycleState>()
-
-/**
- * How to live a worker's life.
- *
- * @since 0.1.0
- * @category models
- */
-export interface LifeOptions {
-  /**
-   * Settings given in code; they win over the environment. Settings in the context (a
-   * `Settings` layer the app provides) win over both.
-   */
-  readonly settings?: Settings.SettingsOverrides | undefined
-  /**
-   * The transport. By default a `Transport` in the context, else RabbitMQ at `BROKER_URL` (or
-   * the embedded broker with `WORKER_TRANSPORT=memory`).
-   */
-  readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
-  /** The `/__version__` document (default `/app/version.json`). */
-  readonly versionFile?: string | undefined
-}
-
-/**
- * How to run a worker process.
- *
- * @since 0.1.0
- * @category models
- */
-export interface RunOptions extends LifeOptions {
-  /** Ends the worker as a signal would (`Worker.run`'s handle): a clean stop, exit code 0. */
-  readonly stop?: Effect.Effect<void> | undefined
-}
-
-/**
- * Why a worker could not start: its settings, its services (the definition's `layer`), a
- * startup hook, or its transport (refused
- * credentials, a queue declared with other arguments, no `BROKER_URL`, a job's broker out of
- * reach past `WORKER_JOB_CONNECT_TIMEOUT_S`).
- *
- * @since 0.1.0
- * @category models
- */
-export type StartError =
-  | SettingsError
-  | ServicesError
-  | StartupHookError
-  | TransportError
-  | BrokerUnreachable
-
-/**
- * Why consuming ended other than cleanly, once the worker had started.
- *
- * @since 0.2.0
- * @category models
- */
-export type ConsumingError =
-  | TransportError
-  | IdleHookError
-  | BrokerUnreachable
-  | MissingServiceError
+export { type ConsumingError, LifecycleState } from "./internal/lifecycle/state.ts"
+export type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
+export type { RunOptions } from "./internal/lifecycle/process.ts"
 
 /**
  * A worker living its life in a scope, as {@link make} gives it.

@@ -29,42 +29,17 @@
  *
  * @since 0.1.0
  */
-import type { Cause, Option, Scope } from "effect"
+import type { Cause, Scope } from "effect"
 import { Context, Duration, Effect, Layer } from "effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as readinessInternal from "./internal/probes/readiness.ts"
+import type { Readiness, ReadinessComponent } from "./internal/probes/readiness.ts"
 import * as routesInternal from "./internal/probes/routes.ts"
+import type { ProbeRoutesOptions } from "./internal/probes/routes.ts"
 import * as server from "./internal/probes/server.ts"
 import type { ProbeServerError } from "./WorkerError.ts"
 
-/**
- * What the probe routes read: the inputs of `routes` and `httpEffect`.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ProbeRoutesOptions {
-  /**
-   * `/health`: `None` is healthy; `Some` answers 503 with this code and message (e.g.
-   * `TASK_OVERRUN`). Consults no dependency.
-   */
-  readonly health: Effect.Effect<Option.Option<{ readonly code: string; readonly message: string }>>
-  /**
-   * `/ready`: the components, evaluated in parallel, each within `probeTimeout`. The lifecycle
-   * passes `broker` and `draining` (reserved names) and then the worker's own probes. A
-   * component failing with a `ProbeError` shows its message; any other failure shows only its
-   * class name.
-   */
-  readonly readiness: ReadonlyArray<ReadinessComponent>
-  /** `WORKER_PROBE_TIMEOUT_S`: the most one readiness component may take. */
-  readonly probeTimeout: Duration.Input
-  /** The Prometheus text exposition, served on `/metrics` and `/internal/metrics`. */
-  readonly metrics: Effect.Effect<string>
-  /** The build's version document, served on `/__version__` (default `/app/version.json`). */
-  readonly versionFile?: string | undefined
-  /** The SDK's version, in the `dev` document served when there is no version file. */
-  readonly sdkVersion: string
-}
+export type { ProbeRoutesOptions } from "./internal/probes/routes.ts"
 
 /**
  * The probe server's inputs: where to listen, what each probe reads, and its bounds.
@@ -98,17 +73,7 @@ export interface ProbeServerOptions extends ProbeRoutesOptions {
   readonly connectionGrace?: Duration.Input | undefined
 }
 
-/**
- * One readiness component: `check` succeeds when the component is ready, with what `/ready`
- * shows of it if anything (the broker's node).
- *
- * @since 0.1.0
- * @category models
- */
-export interface ReadinessComponent {
-  readonly name: string
-  readonly check: Effect.Effect<string | void, unknown>
-}
+export type { ReadinessComponent } from "./internal/probes/readiness.ts"
 
 /**
  * A running probe server.
@@ -121,27 +86,8 @@ export interface ProbeServer {
   readonly port: number
 }
 
-/**
- * One component's state in a `/ready` answer.
- *
- * @since 0.1.0
- * @category models
- */
-export type ComponentStatus =
-  | { readonly status: "ok"; readonly detail?: string }
-  | { readonly status: "error"; readonly message: string }
-
-/**
- * The answer of one readiness evaluation.
- *
- * @since 0.1.0
- * @category models
- */
-export interface Readiness {
-  readonly ready: boolean
-  /** Every component, in the order given. */
-  readonly components: Readonly<Record<string, ComponentStatus>>
-}
+export type { ComponentStatus } from "./internal/probes/readiness.ts"
+export type { Readiness } from "./internal/probes/readiness.ts"
 
 /**
  * The default version file (a Dockerflow `version.json` baked into the image).

@@ -7,7 +7,12 @@
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer } from "effect"
-import { type Inputs, readTable, type Values } from "./internal/settings/row.ts"
+import {
+  type Inputs,
+  readTable,
+  type SettingsDefaults,
+  type Values,
+} from "./internal/settings/row.ts"
 import { table } from "./internal/settings/table.ts"
 import { SettingsError } from "./WorkerError.ts"
 
@@ -56,17 +61,7 @@ export class Settings
  */
 export interface SettingsOverrides extends Inputs<typeof table> {}
 
-/**
- * What a worker definition contributes to the defaults.
- *
- * @since 0.1.0
- * @category models
- */
-export interface SettingsDefaults {
-  readonly name: string
-  readonly timeout: Duration.Duration
-  readonly concurrency?: number | undefined
-}
+export type { SettingsDefaults } from "./internal/settings/row.ts"
 
 /**
  * The margin the lease time budget keeps between a task's worst case and the consumer timeout.

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { type Context, Effect, Metric, Stream, SubscriptionRef } from "effect"
-import type { Outcome } from "./Decision.ts"
+import type { Outcome } from "./internal/outcome.ts"
 import type { MessageType, PoisonReason } from "./Protocol.ts"
 import { type ConnectionStatus, isLive } from "./Transport.ts"
 

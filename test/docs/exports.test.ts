@@ -3,7 +3,7 @@
  * `@category` from the shared list, so that the API reference groups every module the same way.
  */
 import { readdirSync, readFileSync } from "node:fs"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { createRequire } from "node:module"
 import type * as TS from "typescript"
 import { describe, expect, it } from "vitest"
@@ -34,9 +34,43 @@ interface Problem {
   readonly problem: string
 }
 
+const isExported = (statement: TS.Statement): boolean =>
+  ts.canHaveModifiers(statement) &&
+  (ts.getModifiers(statement) ?? []).some((m) => m.kind === ts.SyntaxKind.ExportKeyword)
+
+/** Whether `statement` declares `name` (`export const a = …, b = …` declares both). */
+const declares = (statement: TS.Statement, name: string): boolean =>
+  ts.isVariableStatement(statement)
+    ? statement.declarationList.declarations.some((d) => d.name.getText() === name)
+    : (statement as { readonly name?: TS.Identifier }).name?.text === name
+
+/** The problems of one documented statement's doc comment. */
+const docProblems = (statement: TS.Statement, where: string): Array<Problem> => {
+  const problems: Array<Problem> = []
+  const docs = ts.getJSDocCommentsAndTags(statement).filter(ts.isJSDoc)
+  const tags = docs.flatMap((doc) => [...(doc.tags ?? [])])
+  const since = tags.filter((t) => t.tagName.text === "since")
+  const categories = tags.filter((t) => t.tagName.text === "category")
+    .map((t) => String(t.comment ?? "").trim())
+  if (since.length !== 1) problems.push({ where, problem: "no single @since" })
+  if (categories.length !== 1) {
+    problems.push({ where, problem: `${categories.length} @category tags` })
+  } else if (!(CATEGORIES as ReadonlyArray<string>).includes(categories[0]!)) {
+    problems.push({ where, problem: `@category ${categories[0]} is not in the list` })
+  }
+  return problems
+}
+
+const sourceOf = (file: string): TS.SourceFile =>
+  ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true)
+
+const whereOf = (source: TS.SourceFile, statement: TS.Statement): string =>
+  `${source.fileName.slice(ROOT.length + 1)}:${
+    source.getLineAndCharacterOfPosition(statement.getStart()).line + 1
+  }`
+
 const problemsOf = (file: string): Array<Problem> => {
-  const text = readFileSync(file, "utf8")
-  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true)
+  const source = sourceOf(file)
   const problems: Array<Problem> = []
   let previous: TS.Statement | undefined
   for (const statement of source.statements) {
@@ -45,27 +79,45 @@ const problemsOf = (file: string): Array<Problem> => {
       ts.isFunctionDeclaration(previous) && previous.name?.text === statement.name?.text
     previous = statement
     if (overload) continue
-    const exported = ts.canHaveModifiers(statement) &&
-      (ts.getModifiers(statement) ?? []).some((m) => m.kind === ts.SyntaxKind.ExportKeyword)
+    const exported = isExported(statement)
     const reExport = ts.isExportDeclaration(statement)
     if (!exported && !reExport) continue
-    const line = source.getLineAndCharacterOfPosition(statement.getStart()).line + 1
-    const where = `${file.slice(ROOT.length + 1)}:${line}`
     // `export * from` forwards another module's documented exports.
     if (reExport && statement.exportClause === undefined) continue
-    const docs = ts.getJSDocCommentsAndTags(statement).filter(ts.isJSDoc)
-    const tags = docs.flatMap((doc) => [...(doc.tags ?? [])])
-    const since = tags.filter((t) => t.tagName.text === "since")
-    const categories = tags.filter((t) => t.tagName.text === "category")
-      .map((t) => String(t.comment ?? "").trim())
-    if (since.length !== 1) problems.push({ where, problem: "no single @since" })
-    if (categories.length !== 1) {
-      problems.push({ where, problem: `${categories.length} @category tags` })
-    } else if (!(CATEGORIES as ReadonlyArray<string>).includes(categories[0]!)) {
-      problems.push({ where, problem: `@category ${categories[0]} is not in the list` })
+    if (
+      reExport && statement.moduleSpecifier !== undefined &&
+      ts.isStringLiteral(statement.moduleSpecifier) && ts.isNamedExports(statement.exportClause!)
+    ) {
+      // `export { a } from` forwards a declaration whose doc comment is what readers see (in
+      // `deno doc`, on JSR, in an editor): that declaration's is checked.
+      problems.push(...reExportProblems(
+        source,
+        statement,
+        join(dirname(file), statement.moduleSpecifier.text),
+        statement.exportClause.elements,
+      ))
+      continue
     }
+    problems.push(...docProblems(statement, whereOf(source, statement)))
   }
   return problems
+}
+
+const reExportProblems = (
+  source: TS.SourceFile,
+  statement: TS.ExportDeclaration,
+  target: string,
+  elements: ReadonlyArray<TS.ExportSpecifier>,
+): Array<Problem> => {
+  const declarations = sourceOf(target)
+  return elements.flatMap((element) => {
+    const name = (element.propertyName ?? element.name).getText()
+    // A type and a value of one name (`LifecycleState`) are two declarations, each documented.
+    const declared = declarations.statements.filter((s) => isExported(s) && declares(s, name))
+    return declared.length === 0
+      ? [{ where: whereOf(source, statement), problem: `${name} is not declared there` }]
+      : declared.flatMap((d) => docProblems(d, whereOf(declarations, d)))
+  })
 }
 
 describe("the public modules' exports", () => {
@@ -84,6 +136,14 @@ describe("the public modules' exports", () => {
       "no single @since",
       "0 @category tags",
       "@category tags is not in the list",
+    ])
+  })
+
+  it("follows a re-export to the declaration it forwards", () => {
+    const file = join(ROOT, "test/fixtures/docs/reexport.ts")
+    expect(problemsOf(file)).toEqual([
+      { where: "test/fixtures/docs/undocumented.ts:4", problem: "no single @since" },
+      { where: "test/fixtures/docs/undocumented.ts:4", problem: "0 @category tags" },
     ])
   })
 })

@@ -15,7 +15,6 @@ import {
   Option,
   Scope,
 } from "effect"
-import type { ConsumingError } from "../../Lifecycle.ts"
 import { type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import type * as Settings from "../../Settings.ts"
 import {
@@ -29,6 +28,7 @@ import { readTable } from "../settings/row.ts"
 import { table } from "../settings/table.ts"
 import { shutdownBound } from "./life.ts"
 import { untilStopped } from "./process.ts"
+import type { ConsumingError } from "./state.ts"
 
 /** The grace's row takes nothing from a worker's definition. */
 const NO_DEFINITION: Settings.SettingsDefaults = { name: "", timeout: Duration.zero }

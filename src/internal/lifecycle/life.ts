@@ -21,7 +21,6 @@ import {
 } from "effect"
 import * as AmqpTransport from "../../AmqpTransport.ts"
 import * as JobMode from "../../JobMode.ts"
-import type { ConsumingError, LifecycleState, LifeOptions, StartError } from "../../Lifecycle.ts"
 import * as Probes from "../../Probes.ts"
 import * as ProcessModule from "../../Process.ts"
 import { Process } from "../../Process.ts"
@@ -29,7 +28,13 @@ import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import * as Settings from "../../Settings.ts"
 import { type ConnectionStatus, isLive, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
-import { StartupHookError, type TransportError } from "../../WorkerError.ts"
+import {
+  type BrokerUnreachable,
+  type ServicesError,
+  type SettingsError,
+  StartupHookError,
+  type TransportError,
+} from "../../WorkerError.ts"
 import * as WorkerLogger from "../../WorkerLogger.ts"
 import * as WorkerProgram from "../../WorkerProgram.ts"
 import { redactUrl } from "../amqp/errors.ts"
@@ -39,7 +44,44 @@ import { watchHandlers } from "./handlerWatch.ts"
 import * as Hooks from "./hooks.ts"
 import { type Observed, type ObservedConnection, probesOf } from "./probes.ts"
 import { runShutdownHooks } from "./shutdownHooks.ts"
-import { LifeState } from "./state.ts"
+import { type ConsumingError, LifecycleState } from "./state.ts"
+
+/**
+ * How to live a worker's life.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LifeOptions {
+  /**
+   * Settings given in code; they win over the environment. Settings in the context (a
+   * `Settings` layer the app provides) win over both.
+   */
+  readonly settings?: Settings.SettingsOverrides | undefined
+  /**
+   * The transport. By default a `Transport` in the context, else RabbitMQ at `BROKER_URL` (or
+   * the embedded broker with `WORKER_TRANSPORT=memory`).
+   */
+  readonly transport?: Layer.Layer<Transport, TransportError, Settings.Settings> | undefined
+  /** The `/__version__` document (default `/app/version.json`). */
+  readonly versionFile?: string | undefined
+}
+
+/**
+ * Why a worker could not start: its settings, its services (the definition's `layer`), a
+ * startup hook, or its transport (refused
+ * credentials, a queue declared with other arguments, no `BROKER_URL`, a job's broker out of
+ * reach past `WORKER_JOB_CONNECT_TIMEOUT_S`).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StartError =
+  | SettingsError
+  | ServicesError
+  | StartupHookError
+  | TransportError
+  | BrokerUnreachable
 
 /** A worker's life: what its steps share, made by the first step after the settings. */
 export interface Life<A, I, O, R> extends Observed<R> {
@@ -134,7 +176,7 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
     const observed: Observed<R> = {
       worker,
       settings,
-      state: yield* Ref.make<LifecycleState>(LifeState.Starting()),
+      state: yield* Ref.make<LifecycleState>(LifecycleState.Starting()),
       handlers: watch,
       connection: yield* Ref.make(Option.none<ObservedConnection>()),
       versionFile: options.versionFile,
@@ -232,7 +274,7 @@ const CLOSE_SHARE = Duration.seconds(5)
 
 /** The life is `Draining`, unless it has `Failed`: that says why the shutdown came. */
 export const beginDraining = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect<void> =>
-  Ref.update(life.state, (state) => (state._tag === "Failed" ? state : LifeState.Draining()))
+  Ref.update(life.state, (state) => (state._tag === "Failed" ? state : LifecycleState.Draining()))
 
 /**
  * The shutdown, as the finalizer of the consuming step: the drain within the grace
@@ -285,7 +327,7 @@ const consumingStep = Layer.effect(
     // Its services are built already, by the services step.
     const running = yield* WorkerProgram.consume({ ...life.watched, layer: undefined })
     yield* Effect.addFinalizer(() => shutdown(life, running))
-    yield* Ref.set(life.state, LifeState.Running())
+    yield* Ref.set(life.state, LifecycleState.Running())
     const { mode, inQueue } = life.settings
     const name = life.worker.name
     const broker = yield* Ref.get(life.broker)
@@ -344,7 +386,7 @@ export const consumingEnds = <A, I, O, R>(
     JobMode.consumingEnds(running.await, running.inFlight, status, life.settings),
     running.stopRequested,
   ).pipe(
-    Effect.tapError((error) => Ref.set(life.state, LifeState.Failed({ error }))),
+    Effect.tapError((error) => Ref.set(life.state, LifecycleState.Failed({ error }))),
   )
 }
 

@@ -4,7 +4,6 @@
  * as of the scrape.
  */
 import { type Context, Duration, Effect, Option, Ref, SubscriptionRef } from "effect"
-import type { LifecycleState } from "../../Lifecycle.ts"
 import type * as Probes from "../../Probes.ts"
 import * as Prometheus from "../../Prometheus.ts"
 import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
@@ -14,6 +13,7 @@ import type { Worker } from "../../WorkerDefinition.ts"
 import { ProbeError } from "../../WorkerError.ts"
 import { VERSION } from "../version.ts"
 import * as Hooks from "./hooks.ts"
+import type { LifecycleState } from "./state.ts"
 import type { HandlerWatch } from "./handlerWatch.ts"
 
 /** What readiness reads of the transport: its status, and the node it names. */

@@ -20,7 +20,6 @@ import {
   Result,
   Scope,
 } from "effect"
-import type { ConsumingError, RunOptions, StartError } from "../../Lifecycle.ts"
 import * as Probes from "../../Probes.ts"
 import { describeStop, type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import * as Settings from "../../Settings.ts"
@@ -29,6 +28,18 @@ import type { ProbeServerError } from "../../WorkerError.ts"
 import { errorKind, errorMessage } from "../describe.ts"
 import { timeoutDetached } from "../detach.ts"
 import * as Life from "./life.ts"
+import type { ConsumingError } from "./state.ts"
+
+/**
+ * How to run a worker process.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunOptions extends Life.LifeOptions {
+  /** Ends the worker as a signal would (`Worker.run`'s handle): a clean stop, exit code 0. */
+  readonly stop?: Effect.Effect<void> | undefined
+}
 
 /**
  * The process's environment, read as it is: a variable set to nothing (`IN_QUEUE_NAME=`, from a
@@ -104,7 +115,7 @@ const addressesOf = (settings: Settings.WorkerSettings, options: RunOptions): Ar
 
 /** An error of the process's life as the spec's exit code, logged. */
 const exitCodeOf = (
-  error: StartError | ConsumingError | ProbeServerError,
+  error: Life.StartError | ConsumingError | ProbeServerError,
 ): Effect.Effect<ExitCode, never, Process> => {
   switch (error._tag) {
     case "TransportError":

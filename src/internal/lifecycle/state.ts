@@ -1,8 +1,57 @@
 /**
- * The constructors of `Lifecycle.LifecycleState` for the life's parts (`life.ts`, `process.ts`):
- * made from its type alone, so that they need no value of the module that imports them.
+ * Where a worker is in its life, and why consuming ended if it did not end cleanly: what the
+ * life's parts (`life.ts`, `process.ts`, `probes.ts`) move the worker through and read.
  */
 import { Data } from "effect"
-import type { LifecycleState } from "../../Lifecycle.ts"
+import type {
+  BrokerUnreachable,
+  IdleHookError,
+  MissingServiceError,
+  TransportError,
+} from "../../WorkerError.ts"
 
-export const LifeState = Data.taggedEnum<LifecycleState>()
+/**
+ * Where the worker is in its life; each state says which step moves the worker into it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type LifecycleState = Data.TaggedEnum<{
+  /** From the start: the settings read, the startup hooks running, the transport connecting. */
+  // deno-lint-ignore ban-types
+  Starting: {}
+  /** The program is consuming (its transport connected, or still connecting or reconnecting). */
+  // deno-lint-ignore ban-types
+  Running: {}
+  /**
+   * Intake has stopped and the tasks in hand are finishing: the shutdown has begun (a signal,
+   * the scope closing, `worker.stop()`), or a job has taken its last task. No longer ready.
+   */
+  // deno-lint-ignore ban-types
+  Draining: {}
+  /**
+   * Consuming ended with `error` (the transport failing for good, the `onIdle` hook failing, a
+   * job's broker out of reach); the shutdown follows.
+   */
+  Failed: { readonly error: ConsumingError }
+}>
+
+/**
+ * Constructors and matchers for {@link LifecycleState}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export const LifecycleState = Data.taggedEnum<LifecycleState>()
+
+/**
+ * Why consuming ended other than cleanly, once the worker had started.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type ConsumingError =
+  | TransportError
+  | IdleHookError
+  | BrokerUnreachable
+  | MissingServiceError

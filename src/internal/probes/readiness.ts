@@ -4,9 +4,42 @@
  */
 import type { Scope } from "effect"
 import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate, Result } from "effect"
-import type { ComponentStatus, Readiness, ReadinessComponent } from "../../Probes.ts"
 import { timeoutDetached } from "../detach.ts"
 import { errorKind } from "../describe.ts"
+
+/**
+ * One readiness component: `check` succeeds when the component is ready, with what `/ready`
+ * shows of it if anything (the broker's node).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ReadinessComponent {
+  readonly name: string
+  readonly check: Effect.Effect<string | void, unknown>
+}
+
+/**
+ * One component's state in a `/ready` answer.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ComponentStatus =
+  | { readonly status: "ok"; readonly detail?: string }
+  | { readonly status: "error"; readonly message: string }
+
+/**
+ * The answer of one readiness evaluation.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Readiness {
+  readonly ready: boolean
+  /** Every component, in the order given. */
+  readonly components: Readonly<Record<string, ComponentStatus>>
+}
 
 /** The longest `ProbeError` message shown. */
 const MAX_MESSAGE_LENGTH = 512

@@ -3,15 +3,43 @@
  * what an app can add to its own `HttpRouter`.
  */
 import { readFile } from "node:fs/promises"
-import type { Scope } from "effect"
+import type { Duration, Scope } from "effect"
 import { Cause, Effect, Option } from "effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import type { ProbeRoutesOptions, Readiness } from "../../Probes.ts"
 import { isPlainObject } from "../codec/json.ts"
-import { evaluateReadiness, shared } from "./readiness.ts"
+import { evaluateReadiness, type Readiness, type ReadinessComponent, shared } from "./readiness.ts"
+
+/**
+ * What the probe routes read: the inputs of `routes` and `httpEffect`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ProbeRoutesOptions {
+  /**
+   * `/health`: `None` is healthy; `Some` answers 503 with this code and message (e.g.
+   * `TASK_OVERRUN`). Consults no dependency.
+   */
+  readonly health: Effect.Effect<Option.Option<{ readonly code: string; readonly message: string }>>
+  /**
+   * `/ready`: the components, evaluated in parallel, each within `probeTimeout`. The lifecycle
+   * passes `broker` and `draining` (reserved names) and then the worker's own probes. A
+   * component failing with a `ProbeError` shows its message; any other failure shows only its
+   * class name.
+   */
+  readonly readiness: ReadonlyArray<ReadinessComponent>
+  /** `WORKER_PROBE_TIMEOUT_S`: the most one readiness component may take. */
+  readonly probeTimeout: Duration.Input
+  /** The Prometheus text exposition, served on `/metrics` and `/internal/metrics`. */
+  readonly metrics: Effect.Effect<string>
+  /** The build's version document, served on `/__version__` (default `/app/version.json`). */
+  readonly versionFile?: string | undefined
+  /** The SDK's version, in the `dev` document served when there is no version file. */
+  readonly sdkVersion: string
+}
 
 /** See `Probes.DEFAULT_VERSION_FILE`. */
 export const DEFAULT_VERSION_FILE = "/app/version.json"

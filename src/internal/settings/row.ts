@@ -14,8 +14,19 @@ import {
   Schema,
   SchemaIssue,
 } from "effect"
-import type { SettingsDefaults } from "../../Settings.ts"
 import { decodeDuration, isNegativeOrNaN } from "../codec/duration.ts"
+
+/**
+ * What a worker definition contributes to the defaults.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SettingsDefaults {
+  readonly name: string
+  readonly timeout: Duration.Duration
+  readonly concurrency?: number | undefined
+}
 
 /**
  * One setting. `A` is its resolved type, `I` what code may give instead of the environment.

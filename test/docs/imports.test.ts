@@ -1,0 +1,112 @@
+/**
+ * No import circle among the sources (issue 31): every edge counts, `import type` and
+ * `export … from` too, as a type-only circle still ties the modules' declarations together. And
+ * no file under `src/internal/` imports a public module that imports it, even through others: a
+ * type lives where its code lives, and the public module re-exports it.
+ */
+import { readdirSync, readFileSync } from "node:fs"
+import { dirname, join, relative, resolve } from "node:path"
+import { createRequire } from "node:module"
+import type * as TS from "typescript"
+import { describe, expect, it } from "vitest"
+import { ROOT } from "../support/runtimes.ts"
+
+const ts: typeof TS = createRequire(join(ROOT, "package.json"))("typescript")
+
+/** Each module of `src` (paths relative to it) with the modules of `src` it imports. */
+const importsOf = (src: string): Map<string, ReadonlyArray<string>> => {
+  const files = readdirSync(src, { recursive: true, encoding: "utf8" })
+    .filter((name) => name.endsWith(".ts"))
+  const graph = new Map<string, ReadonlyArray<string>>()
+  for (const name of files) {
+    const file = join(src, name)
+    const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest)
+    const imported = new Set<string>()
+    const visit = (node: TS.Node): void => {
+      const specifier = (ts.isImportDeclaration(node) || ts.isExportDeclaration(node))
+        ? node.moduleSpecifier
+        : ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)
+        ? node.argument.literal
+        : undefined
+      if (specifier !== undefined && ts.isStringLiteral(specifier)) {
+        if (specifier.text.startsWith(".")) {
+          imported.add(relative(src, resolve(dirname(file), specifier.text)))
+        }
+      }
+      ts.forEachChild(node, visit)
+    }
+    visit(source)
+    graph.set(name, [...imported])
+  }
+  return graph
+}
+
+/** The circles: the strongly connected components of more than one module (Tarjan's). */
+const circlesOf = (graph: Map<string, ReadonlyArray<string>>): Array<Array<string>> => {
+  const index = new Map<string, number>()
+  const low = new Map<string, number>()
+  const stack: Array<string> = []
+  const circles: Array<Array<string>> = []
+  const connect = (module: string): void => {
+    index.set(module, index.size)
+    low.set(module, index.get(module)!)
+    stack.push(module)
+    for (const next of graph.get(module) ?? []) {
+      if (!index.has(next)) {
+        connect(next)
+        low.set(module, Math.min(low.get(module)!, low.get(next)!))
+      } else if (stack.includes(next)) {
+        low.set(module, Math.min(low.get(module)!, index.get(next)!))
+      }
+    }
+    if (low.get(module) !== index.get(module)) return
+    const component = stack.splice(stack.indexOf(module))
+    if (component.length > 1) circles.push(component.sort())
+  }
+  for (const module of graph.keys()) if (!index.has(module)) connect(module)
+  return circles
+}
+
+/** Every module `module` imports, through others too. */
+const reachedFrom = (graph: Map<string, ReadonlyArray<string>>, module: string): Set<string> => {
+  const reached = new Set<string>()
+  const visit = (from: string): void => {
+    for (const next of graph.get(from) ?? []) {
+      if (!reached.has(next)) {
+        reached.add(next)
+        visit(next)
+      }
+    }
+  }
+  visit(module)
+  return reached
+}
+
+/** `internal → public` for each internal module importing a public one that imports it. */
+const importedBack = (graph: Map<string, ReadonlyArray<string>>): Array<string> =>
+  [...graph].flatMap(([module, imported]) =>
+    module.startsWith("internal/")
+      ? imported.filter((next) => !next.startsWith("internal/"))
+        .filter((next) => reachedFrom(graph, next).has(module))
+        .map((next) => `${module} → ${next}`)
+      : []
+  )
+
+describe("the sources' imports", () => {
+  const graph = importsOf(join(ROOT, "src"))
+
+  it("make no circle", () => {
+    expect(graph.size).toBeGreaterThan(60)
+    expect(circlesOf(graph)).toEqual([])
+  })
+
+  it("never lead from an internal module back to a public one that imports it", () => {
+    expect(importedBack(graph)).toEqual([])
+  })
+
+  it("catch a circle through a type-only import", () => {
+    const fixture = importsOf(join(ROOT, "test/fixtures/imports/src"))
+    expect(circlesOf(fixture)).toEqual([["Public.ts", "internal/make.ts"]])
+    expect(importedBack(fixture)).toEqual(["internal/make.ts → Public.ts"])
+  })
+})
