@@ -51,6 +51,38 @@ describe("README.md", () => {
   }, 150_000)
 
   it(
+    "compiles every TypeScript block with tsc and the tsconfig.json the Install section gives",
+    () => {
+      checkBuild()
+      const install = readme.slice(
+        readme.indexOf("\n## Install\n"),
+        readme.indexOf("\n## Quick start\n"),
+      )
+      const json = /^```json\n([\s\S]*?)^```$/m.exec(install)?.[1]
+      expect(json, "a tsconfig.json in the Install section").toBeDefined()
+      const dir = join(ROOT, ".readme-tsconfig")
+      rmSync(dir, { recursive: true, force: true })
+      mkdirSync(dir, { recursive: true })
+      try {
+        found.forEach((block, i) => writeFileSync(join(dir, `block-${i + 1}.ts`), block))
+        // As the README gives it: only the files it compiles are the test's.
+        const tsconfig = { ...(JSON.parse(json!) as object), include: ["block-*.ts"] }
+        writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(tsconfig))
+        const result = spawnSync(
+          supportedNode(),
+          [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
+          { cwd: dir, encoding: "utf8", timeout: 120_000 },
+        )
+        expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
+        expect(result.status).toBe(0)
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    },
+    150_000,
+  )
+
+  it(
     "compiles every TypeScript block with tsc, declarations emitted, strict, libraries checked",
     () => {
       checkBuild()
