@@ -16,6 +16,17 @@ import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 const blocks = (markdown: string): Array<string> =>
   [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1]!)
 
+/** `tsc -p dir`, which must say nothing and succeed. */
+const tsc = (dir: string): void => {
+  const result = spawnSync(
+    supportedNode(),
+    [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
+    { cwd: dir, encoding: "utf8", timeout: 120_000 },
+  )
+  expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
+  expect(result.status).toBe(0)
+}
+
 describe("README.md", () => {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8")
   const found = blocks(readme)
@@ -68,13 +79,7 @@ describe("README.md", () => {
         // As the README gives it: only the files it compiles are the test's.
         const tsconfig = { ...(JSON.parse(json!) as object), include: ["block-*.ts"] }
         writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(tsconfig))
-        const result = spawnSync(
-          supportedNode(),
-          [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
-          { cwd: dir, encoding: "utf8", timeout: 120_000 },
-        )
-        expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
-        expect(result.status).toBe(0)
+        tsc(dir)
       } finally {
         rmSync(dir, { recursive: true, force: true })
       }
@@ -113,13 +118,7 @@ describe("README.md", () => {
             include: ["block-*.ts"],
           }),
         )
-        const result = spawnSync(
-          supportedNode(),
-          [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
-          { cwd: dir, encoding: "utf8", timeout: 120_000 },
-        )
-        expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
-        expect(result.status).toBe(0)
+        tsc(dir)
         expect(found.map((_, i) => existsSync(join(dir, "out", `block-${i + 1}.d.ts`)))).toEqual(
           found.map(() => true),
         )
