@@ -29,7 +29,12 @@ const tsc = (dir: string): void => {
 
 describe("README.md", () => {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8")
-  const found = blocks(readme)
+  // And the docs' blocks (docs/protocol.md's amqplib recipe), checked as the README's are.
+  const found = [
+    ...blocks(readme),
+    ...["protocol.md"].flatMap((page) => blocks(readFileSync(join(ROOT, "docs", page), "utf8"))),
+  ]
+  expect(found.some((block) => block.includes('from "amqplib"'))).toBe(true)
 
   it("has TypeScript blocks to check", () => {
     expect(found.length).toBeGreaterThanOrEqual(5)
