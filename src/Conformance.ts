@@ -18,12 +18,13 @@ import * as unacked from "./internal/conformance/unacked.ts"
 import { ConformanceError } from "./WorkerError.ts"
 
 /**
- * Where the protocol page is read: the report links each rule to its section there.
+ * Where the protocol page is read: the report links each rule to its section there. The
+ * package's own copy (`docs/protocol.md`, beside `src/` and `dist/`), of the version installed.
  *
  * @since 0.2.0
  * @category constants
  */
-export const PROTOCOL_PAGE = "https://github.com/async-task/worker/blob/main/docs/protocol.md"
+export const PROTOCOL_PAGE: string = new URL("../docs/protocol.md", import.meta.url).href
 
 /**
  * One rule's verdict (`pass`, `fail`, `not observable`), with the section of the protocol page

@@ -254,13 +254,12 @@ describe("Prometheus", () => {
   })
 
   describe("the SDK's series, from the start", () => {
-    /** The metric names the README's "Metrics and logs" section lists. */
+    /** The metric names docs/deployment.md's "Metrics" section lists (the README links it). */
     const listed = (() => {
-      const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8")
-      const section = readme.slice(
-        readme.indexOf("## Metrics and logs"),
-        readme.indexOf("\nLogs are one JSON object per line"),
-      )
+      const page = readFileSync(new URL("../docs/deployment.md", import.meta.url), "utf8")
+      const start = page.indexOf("\n## Metrics\n")
+      if (start === -1) throw new Error("docs/deployment.md has no Metrics section")
+      const section = page.slice(start, page.indexOf("\n## ", start + 1))
       const names = [...section.matchAll(/`([a-z_]+)(?:\{[a-z_,]*\})?`/g)].map((m) => m[1]!)
       // "process_cpu_seconds_total (and its user and system parts)".
       return [...names, "process_cpu_user_seconds_total", "process_cpu_system_seconds_total"]
@@ -335,7 +334,7 @@ describe("Prometheus", () => {
       handler: () => Effect.succeed({}),
     })
 
-    it.effect("a started worker's /metrics lists all the README names, in the app's registry", () =>
+    it.effect("a started worker's /metrics lists all the names docs/deployment.md lists, in the app's registry", () =>
       Effect.gen(function* () {
         const registry: Metric.MetricRegistry = new Map()
         const text = yield* Effect.gen(function* () {
@@ -357,6 +356,10 @@ describe("Prometheus", () => {
         const expected = listed.filter((name) =>
           name !== "worker_task_failures_total" &&
           (name !== "nodejs_gc_duration_seconds" || RuntimeMetrics.reportsGc)
+        )
+        // The page lists the SDK's series: a section that lost its list would check nothing.
+        expect(listed).toEqual(
+          expect.arrayContaining(["worker_tasks_total", "nodejs_heap_size_used_bytes"]),
         )
         expect(expected.filter((name) => !names.has(name))).toEqual([])
         expectZeros(text, families)

@@ -16,9 +16,25 @@ import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 const blocks = (markdown: string): Array<string> =>
   [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1]!)
 
+/** `tsc -p dir`, which must say nothing and succeed. */
+const tsc = (dir: string): void => {
+  const result = spawnSync(
+    supportedNode(),
+    [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
+    { cwd: dir, encoding: "utf8", timeout: 120_000 },
+  )
+  expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
+  expect(result.status).toBe(0)
+}
+
 describe("README.md", () => {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8")
-  const found = blocks(readme)
+  // And the docs' blocks (docs/protocol.md's amqplib recipe), checked as the README's are.
+  const found = [
+    ...blocks(readme),
+    ...["protocol.md"].flatMap((page) => blocks(readFileSync(join(ROOT, "docs", page), "utf8"))),
+  ]
+  expect(found.some((block) => block.includes('from "amqplib"'))).toBe(true)
 
   it("has TypeScript blocks to check", () => {
     expect(found.length).toBeGreaterThanOrEqual(5)
@@ -51,6 +67,32 @@ describe("README.md", () => {
   }, 150_000)
 
   it(
+    "compiles every TypeScript block with tsc and the tsconfig.json the Install section gives",
+    () => {
+      checkBuild()
+      const install = readme.slice(
+        readme.indexOf("\n## Install\n"),
+        readme.indexOf("\n## Quick start\n"),
+      )
+      const json = /^```json\n([\s\S]*?)^```$/m.exec(install)?.[1]
+      expect(json, "a tsconfig.json in the Install section").toBeDefined()
+      const dir = join(ROOT, ".readme-tsconfig")
+      rmSync(dir, { recursive: true, force: true })
+      mkdirSync(dir, { recursive: true })
+      try {
+        found.forEach((block, i) => writeFileSync(join(dir, `block-${i + 1}.ts`), block))
+        // As the README gives it: only the files it compiles are the test's.
+        const tsconfig = { ...(JSON.parse(json!) as object), include: ["block-*.ts"] }
+        writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(tsconfig))
+        tsc(dir)
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    },
+    150_000,
+  )
+
+  it(
     "compiles every TypeScript block with tsc, declarations emitted, strict, libraries checked",
     () => {
       checkBuild()
@@ -81,13 +123,7 @@ describe("README.md", () => {
             include: ["block-*.ts"],
           }),
         )
-        const result = spawnSync(
-          supportedNode(),
-          [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
-          { cwd: dir, encoding: "utf8", timeout: 120_000 },
-        )
-        expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
-        expect(result.status).toBe(0)
+        tsc(dir)
         expect(found.map((_, i) => existsSync(join(dir, "out", `block-${i + 1}.d.ts`)))).toEqual(
           found.map(() => true),
         )

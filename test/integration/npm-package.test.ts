@@ -26,6 +26,7 @@ import {
 } from "node:fs"
 import { tmpdir } from "node:os"
 import { delimiter, dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { node22Binary, node24Binary, pathWithoutBins, systemNode } from "../support/nodes.ts"
@@ -106,6 +107,9 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
       input: options.input ?? "",
       timeout: 180_000,
     })
+  /** The CLI's local trial of `module` on `node`, given one task. */
+  const trial = (module: string, task: string, node: string) =>
+    run("npx", ["async-task-worker", "run", module, "--memory"], { node, input: `${task}\n` })
   const ok = (result: SpawnSyncReturns<string>, what: string) => {
     if (result.status !== 0) throw new Error(`${what} failed: ${show(result)}`)
     return result.stdout
@@ -171,34 +175,77 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
       "cli.ts",
       "dist",
       "docs",
+      "examples",
       "package.json",
       "src",
     ])
     expect(packed).toContain("dist/cli.js")
     expect(packed).toContain("dist/index.d.ts")
     expect(packed).toContain("docs/protocol.md")
+    // docs/conformance.md's workload worker, and nothing else of examples/.
+    expect(packed.filter((path) => path.startsWith("examples/"))).toEqual([
+      "examples/conformance/worker.ts",
+    ])
   })
 
-  it("every link of the installed README resolves: a file in the package, a heading, or a URL", () => {
+  it("every link of the installed README and docs resolves: a file in the package, a heading, or a URL", () => {
     const root = join(project, "node_modules/@async-task/worker")
-    const readme = readFileSync(join(root, "README.md"), "utf8")
-    const anchors = new Set(
-      [...readme.matchAll(/^#+ (.+)$/gm)].map(([, title]) =>
-        title!.trim().toLowerCase().replace(/[^\w\- ]/g, "").replace(/ /g, "-")
-      ),
-    )
-    const links = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map(([, target]) => target!)
-    expect(links.length).toBeGreaterThan(5)
-    for (const link of links) {
-      if (/^https:\/\//.test(link)) continue
-      if (link.startsWith("#")) {
-        expect(anchors, `README anchor ${link}`).toContain(link.slice(1))
-        continue
+    const headings = (markdown: string) =>
+      new Set(
+        [...markdown.matchAll(/^#+ (.+)$/gm)].map(([, title]) =>
+          title!.trim().toLowerCase().replace(/[^\w\- ]/g, "").replace(/ /g, "-")
+        ),
+      )
+    const pages = ["README.md", ...packed.filter((path) => /^docs\/[^/]+\.md$/.test(path))]
+    expect(pages).toContain("docs/conformance.md")
+    let count = 0
+    for (const page of pages) {
+      const text = readFileSync(join(root, page), "utf8")
+      for (const [, link] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        count++
+        if (/^https:\/\//.test(link!)) continue
+        const [file, anchor] = link!.split("#")
+        const target = file === "" ? page : join(dirname(page), file!)
+        expect(existsSync(join(root, target)), `${page}: link ${link} in the package`).toBe(true)
+        if (anchor !== undefined && target.endsWith(".md")) {
+          const found = headings(readFileSync(join(root, target), "utf8"))
+          expect(found, `${page}: anchor ${link}`).toContain(anchor)
+        }
       }
-      const file = link.split("#")[0]!
-      expect(existsSync(join(root, file)), `README link ${link} in the package`).toBe(true)
     }
+    expect(count).toBeGreaterThan(20)
   })
+
+  it(
+    "the conformance report links the installed docs/protocol.md, and its workload worker runs",
+    () => {
+      const page = run(node22, [
+        "--input-type=module",
+        "-e",
+        'import { Conformance } from "@async-task/worker"; console.log(Conformance.PROTOCOL_PAGE)',
+      ])
+      expect(page.status, show(page)).toBe(0)
+      const url = new URL(page.stdout.trim())
+      expect(realpathSync(fileURLToPath(url))).toBe(
+        realpathSync(join(project, "node_modules/@async-task/worker/docs/protocol.md")),
+      )
+      // As docs/conformance.md says: copied out of node_modules, where Node strips no types.
+      cpSync(
+        join(project, "node_modules/@async-task/worker/examples/conformance/worker.ts"),
+        join(project, "conformance.ts"),
+      )
+      const cli = trial(
+        "./conformance.ts",
+        '{"steps":[{"progress":0.5}],"end":{"succeed":[1]}}',
+        node24,
+      )
+      expect(cli.status, show(cli)).toBe(0)
+      expect(cli.stdout).toContain(
+        '{"task_id":"local-1","data":{"message_type":"success","response":{"ok":true,"echo":[1]}}}',
+      )
+    },
+    60_000,
+  )
 
   it("`npm i <tarball> effect` installs today's Effect, which meets the peer range, unwarned", () => {
     const said = `${installed!.stdout}\n${installed!.stderr}`
@@ -433,10 +480,7 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
   )
 
   it("on Node 24, the CLI runs worker.ts itself, and node runs the harness test's .ts", () => {
-    const cli = run("npx", ["async-task-worker", "run", "./worker.ts", "--memory"], {
-      node: node24,
-      input: '{"text":"one two"}\n',
-    })
+    const cli = trial("./worker.ts", '{"text":"one two"}', node24)
     expect(cli.status, show(cli)).toBe(0)
     expect(cli.stdout).toContain(
       '{"task_id":"local-1","data":{"message_type":"success","response":{"words":2,"first":"one"}}}',

@@ -375,18 +375,19 @@ export const readTable = <T extends Table>(
 }
 
 /**
- * The README's settings table, one line per row (unpadded: `deno fmt README.md` pads it). To
- * regenerate it, from the repository's root: `deno eval 'import { renderTable } from
+ * The README's settings table, one line per row: the variable, its name in code (the field of
+ * `SettingsOverrides` and `WorkerSettings`), its default and meaning (unpadded: `deno fmt
+ * README.md` pads it). To regenerate it, from the repository's root: `deno eval 'import { renderTable } from
  * "./src/internal/settings/row.ts"; import { table } from "./src/internal/settings/table.ts";
  * console.log(renderTable(table))'`.
  */
 export const renderTable = (table: Table): string => {
   const line = (cells: ReadonlyArray<string>) => `| ${cells.join(" | ")} |`
   return [
-    line(["variable", "default", "meaning"]),
-    line(["---", "---", "---"]),
-    ...Object.values(table).map(({ env, shownDefault, meaning }) =>
-      line([`\`${env}\``, shownDefault, meaning])
+    line(["variable", "in code", "default", "meaning"]),
+    line(["---", "---", "---", "---"]),
+    ...Object.entries(table).map(([field, { env, shownDefault, meaning }]) =>
+      line([`\`${env}\``, `\`${field}\``, shownDefault, meaning])
     ),
   ].join("\n")
 }

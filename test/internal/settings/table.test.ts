@@ -1,7 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Duration, Effect } from "effect"
 import { readFileSync } from "node:fs"
 import { renderTable } from "../../../src/internal/settings/row.ts"
 import { table } from "../../../src/internal/settings/table.ts"
+import * as Settings from "../../../src/Settings.ts"
 
 const REGENERATE = "regenerate it: see `renderTable` in src/internal/settings/row.ts"
 
@@ -24,6 +26,29 @@ const readmeSection = (title: string): string => {
 describe("the settings table", () => {
   it("is the README's table of settings, cell for cell", () => {
     expect(cells(readmeSection("Settings")), REGENERATE).toEqual(cells(renderTable(table)))
+  })
+
+  // The README's "in code" names are the table's fields: they are `SettingsOverrides`' keys
+  // and `WorkerSettings`' (a type error here otherwise), and what `Settings.make` reads.
+  it("names each setting in code as Settings takes it", async () => {
+    type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+    const overrides: Same<keyof Settings.SettingsOverrides, keyof typeof table> = true
+    const settings: Same<keyof Settings.WorkerSettings, keyof typeof table> = true
+    expect([overrides, settings]).toEqual([true, true])
+    const inCode = cells(readmeSection("Settings")).slice(1).map(([, field]) => field!)
+    expect(inCode).toEqual(Object.keys(table).map((field) => `\`${field}\``))
+    // Each README name given in code wins over the environment: the port given by its name.
+    const read = await Effect.runPromise(
+      Settings.make({ name: "t", timeout: Duration.seconds(1) }, { healthCheckPort: 1234 }).pipe(
+        Effect.provideService(
+          ConfigProvider.ConfigProvider,
+          ConfigProvider.fromUnknown({
+            HEALTH_CHECK_PORT: "8083",
+          }),
+        ),
+      ),
+    )
+    expect(read.healthCheckPort).toBe(1234)
   })
 
   it("names each variable once", () => {
