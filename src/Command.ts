@@ -10,6 +10,7 @@ import { versions } from "node:process"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Effect, Result } from "effect"
 import { firstLine } from "./internal/describe.ts"
+import { EmbeddedBrokerHint } from "./internal/lifecycle/process.ts"
 import { VERSION } from "./internal/version.ts"
 import * as Conformance from "./Conformance.ts"
 import * as Lifecycle from "./Lifecycle.ts"
@@ -386,7 +387,7 @@ export const main: Effect.Effect<ExitCode, never, Process> = Effect.gen(function
       return yield* Lifecycle.run(
         worker.success as Worker.Worker<unknown, unknown, unknown, never>,
         { settings: memory ? { transport: "memory" } : {} },
-      )
+      ).pipe(Effect.provideService(EmbeddedBrokerHint, "--memory (WORKER_TRANSPORT=memory)"))
     }
   }
 })

@@ -94,7 +94,11 @@ export const failWhenUnreachable = (
   timeout: Duration.Duration,
 ): Effect.Effect<never, BrokerUnreachable> =>
   SubscriptionRef.changes(status).pipe(
-    Stream.switchMap((s) => isLive(s) ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))),
+    // Only a change of liveness restarts the count: a status published again while down (each
+    // failed reconnection attempt) or from one down state to another is the same outage.
+    Stream.map(isLive),
+    Stream.changes,
+    Stream.switchMap((live) => live ? Stream.never : Stream.fromEffect(Effect.sleep(timeout))),
     Stream.runHead,
     Effect.andThen(Effect.fail(new BrokerUnreachable({ after: timeout }))),
   )

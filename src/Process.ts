@@ -183,7 +183,8 @@ const quoted = (items: ReadonlyArray<string>): string => {
 /**
  * On Deno, the one line that names every permission the worker needs and lacks, with the
  * narrowest flags that grant them: `--allow-read` for `needs.read` (`=.` for files under the
- * working directory), `--allow-net` for `needs.net`, `--allow-env` (the settings read the whole
+ * working directory), `--allow-net=host:port,…` for `needs.net` (the addresses not granted;
+ * `--allow-net` while they are not known), `--allow-env` (the settings read the whole
  * environment) and `--allow-sys=hostname` (the `started` message's `hostname`, unless `HOSTNAME`
  * is set); so that
  * a run without them says all at once what Deno would say one at a time, as the first thing
@@ -215,7 +216,10 @@ export const missingPermissions = (needs: PermissionNeeds = {}): string | undefi
   } else {
     const unreached = needs.net.filter((host) => !granted({ name: "net", host }))
     if (unreached.length > 0) {
-      missing.push({ what: `net access to ${quoted(unreached)}`, flag: "--allow-net" })
+      missing.push({
+        what: `net access to ${quoted(unreached)}`,
+        flag: `--allow-net=${unreached.join(",")}`,
+      })
     }
   }
   if (!env) missing.push({ what: "env access", flag: "--allow-env" })

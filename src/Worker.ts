@@ -126,6 +126,18 @@ export interface RunningProcess {
 }
 
 /**
+ * What {@link run} asks of a worker whose handler requires services `R` and is given no layer:
+ * a type error that names them first, where the worker's type alone would name a hook it may
+ * not have (`onIdle`).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface HandlerRequires<R> {
+  readonly "the handler requires services: give them with Worker.run(worker, { layer })": R
+}
+
+/**
  * Runs the worker as the process: reads and validates the settings, runs the startup hooks,
  * consumes (RabbitMQ at `BROKER_URL`, or the embedded broker with `WORKER_TRANSPORT=memory`),
  * drains on SIGTERM or SIGINT, and exits with the spec's code (0 clean, 1 failure, 2
@@ -135,8 +147,8 @@ export interface RunningProcess {
  * @since 0.1.0
  * @category running
  */
-export function run<A, I, O>(
-  worker: Worker<A, I, O, never>,
+export function run<A, I, O, R>(
+  worker: Worker<A, I, O, R> & ([R] extends [never] ? unknown : HandlerRequires<R>),
   options?: Lifecycle.RunOptions,
 ): RunningProcess
 export function run<A, I, O, R>(

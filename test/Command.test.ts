@@ -288,6 +288,9 @@ describe("Command", () => {
         const err = yield* proc.err
         expect(err).toHaveLength(1)
         expect(err[0]).toContain("BROKER_URL is not set")
+        expect(err[0]).toMatch(
+          /or run on the embedded broker with --memory \(WORKER_TRANSPORT=memory\)$/,
+        )
       }))
 
     it.effect(

@@ -1,14 +1,71 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Fiber, Option, Ref, SubscriptionRef } from "effect"
+import { ConfigProvider, Duration, Effect, Exit, Fiber, Option, Ref, SubscriptionRef } from "effect"
 import { TestClock } from "effect/testing"
+import * as Confirms from "../src/internal/amqp/confirms.ts"
+import * as Consumers from "../src/internal/amqp/consumers.ts"
+import { Current } from "../src/internal/amqp/current.ts"
+import * as Session from "../src/internal/amqp/session.ts"
+import { Inbox } from "../src/internal/transport/inbox.ts"
 import * as JobMode from "../src/JobMode.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import type { ConnectionStatus } from "../src/Transport.ts"
+import * as Settings from "../src/Settings.ts"
+import type { ConnectionStatus, Delivery } from "../src/Transport.ts"
+import type { TransportError } from "../src/WorkerError.ts"
 
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
   Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
 const decoder = new TextDecoder()
+
+/**
+ * The session loop (as `AmqpTransport.make` runs it, its default backoff capped at 3 s) against a
+ * broker with nothing listening, watched by `failWhenUnreachable`: its fiber, and how many
+ * attempts were made.
+ */
+const unreachableBroker = (timeout: Duration.Duration) =>
+  Effect.gen(function* () {
+    const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+    let attempts = 0
+    yield* Session.run({
+      url: "amqp://127.0.0.1:1",
+      inQueue: "in",
+      outQueue: "out",
+      connect: () => {
+        attempts += 1
+        return Promise.reject(new Error("connect ECONNREFUSED 127.0.0.1:1"))
+      },
+      current: new Current<Session.Session>(),
+      status,
+      consumers: yield* Consumers.make({
+        url: "amqp://127.0.0.1:1",
+        inQueue: "in",
+        capacity: 1,
+        inbox: new Inbox<Delivery, TransportError>(),
+      }),
+      confirms: yield* Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) }),
+    }).pipe(Effect.forkScoped)
+    const watch = yield* Effect.forkChild(JobMode.failWhenUnreachable(status, timeout))
+    return { watch, attempts: () => attempts }
+  })
+
+/**
+ * Advances the clock by `millis` in steps of 100 ms, a few real turns each, so that every failed
+ * attempt (a rejected promise) schedules its backoff before the clock passes it.
+ */
+const advance = (millis: number) =>
+  Effect.gen(function* () {
+    for (let elapsed = 0; elapsed < millis; elapsed += 100) {
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 0)))
+      yield* TestClock.adjust("100 millis")
+    }
+  })
+
+/** `WORKER_JOB_CONNECT_TIMEOUT_S` as the settings default it. */
+const defaultConnectTimeout = Settings.make({ name: "job", timeout: Duration.minutes(1) }).pipe(
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} })),
+  Effect.map((settings) => settings.jobConnectTimeout),
+  Effect.orDie,
+)
 
 describe("JobMode", () => {
   describe("limitIntake", () => {
@@ -156,6 +213,49 @@ describe("JobMode", () => {
         yield* TestClock.adjust("1 millis")
         expect(Exit.isFailure(yield* Fiber.await(watch))).toBe(true)
       }))
+
+    it.effect("a status published again while down (each failed attempt) does not restart it", () =>
+      Effect.gen(function* () {
+        const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+        const watch = yield* Effect.forkChild(
+          JobMode.failWhenUnreachable(status, Duration.seconds(10)),
+        )
+        yield* Effect.yieldNow
+        for (const again of ["connecting", "disconnected", "connecting"] as const) {
+          yield* TestClock.adjust("3 seconds")
+          yield* SubscriptionRef.set(status, again)
+        }
+        yield* TestClock.adjust("999 millis")
+        expect(yield* isDone(watch)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect(yield* isDone(watch)).toBe(true)
+        expect(Exit.isFailure(yield* Fiber.await(watch))).toBe(true)
+      }))
+
+    // The issue's case: reconnecting at most 3 s apart, a job waited for ever.
+    for (
+      const [name, timeout] of [
+        ["the default", defaultConnectTimeout],
+        ["7 s, above the reconnect cap", Effect.succeed(Duration.seconds(7))],
+      ] as const
+    ) {
+      it.effect(`gives up on a broker never reached, reconnecting all along: ${name}`, () =>
+        Effect.gen(function* () {
+          const after = yield* timeout
+          const millis = Duration.toMillis(after)
+          const { watch, attempts } = yield* unreachableBroker(after)
+          yield* advance(millis - 100)
+          expect(yield* isDone(watch)).toBe(false)
+          // Attempts at most 3 s apart: the loop kept publishing its status through the timeout.
+          expect(attempts()).toBeGreaterThanOrEqual(Math.floor(millis / 3000))
+          yield* advance(3000)
+          expect(yield* isDone(watch)).toBe(true)
+          const error = yield* Effect.flip(Fiber.join(watch))
+          expect(error.message).toBe(
+            `The broker stayed unreachable for ${Duration.format(after)}: giving up`,
+          )
+        }))
+    }
 
     it.effect("never fails while connected", () =>
       Effect.gen(function* () {

@@ -461,6 +461,9 @@ describe("Lifecycle", () => {
         expect(err).toHaveLength(1)
         expect(err[0]).toContain("BROKER_URL is not set")
         expect(err[0]).not.toContain("\n")
+        // A script takes no --memory, only the CLI does.
+        expect(err[0]).toMatch(/or run on the embedded broker with WORKER_TRANSPORT=memory$/)
+        expect(err[0]).not.toContain("--memory")
       }).pipe(Effect.scoped))
 
     it.effect("job mode runs one task at a time, whatever the concurrency", () =>

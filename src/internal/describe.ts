@@ -53,3 +53,23 @@ export const errorMessage = (u: unknown): string => {
 
 /** The first line of the error's message, trimmed. */
 export const firstLine = (u: unknown): string => errorMessage(u).split("\n")[0]!.trim()
+
+/**
+ * The error and its causes (`cause`, a few deep) on one line, for a person: each as its kind (a
+ * tag, a class name) and its message, the kind alone when the message is empty (a `ServeError`
+ * gives its reason only in `cause`).
+ */
+export const errorChain = (u: unknown): string => {
+  const parts: Array<string> = []
+  let current = u
+  for (let depth = 0; depth < 5 && current !== undefined && current !== null; depth++) {
+    const message = typeof current === "string" ? current : errorMessage(current).trim()
+    const kind = typeof current === "object" ? errorKind(current) : undefined
+    parts.push(kind === undefined ? message : message === "" ? kind : `${kind}: ${message}`)
+    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined
+  }
+  return oneLine(parts.join(": "))
+}
+
+/** Text on one line: each line break and the indentation after it, one space. */
+export const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim()

@@ -90,7 +90,8 @@ describe("a Deno worker without its permissions", () => {
 
   it("without the network, names the probe server's address before it listens", () => {
     expect(oneLine(cli(["--allow-read", "--allow-env", "--allow-sys=hostname"]))).toBe(
-      'A Deno permission is missing: net access to "0.0.0.0:8083": run again with --allow-net',
+      'A Deno permission is missing: net access to "0.0.0.0:8083": run again with ' +
+        "--allow-net=0.0.0.0:8083",
     )
   }, 90_000)
 
@@ -103,7 +104,8 @@ describe("a Deno worker without its permissions", () => {
       },
     )
     expect(oneLine(result)).toBe(
-      'A Deno permission is missing: net access to "127.0.0.1:5672": run again with --allow-net',
+      'A Deno permission is missing: net access to "127.0.0.1:5672": run again with ' +
+        "--allow-net=127.0.0.1:5672",
     )
   }, 90_000)
 
@@ -155,13 +157,14 @@ describe("Process.missingPermissions on Deno", () => {
       // A grant for some hosts cannot be told from none: not named until the addresses are.
       null,
       'A Deno permission is missing: net access to "127.0.0.1:5672" and "rabbit:5671": ' +
-      "run again with --allow-net",
+      "run again with --allow-net=127.0.0.1:5672,rabbit:5671",
     ])
     expect(says(["--allow-sys=hostname"], needs)).toEqual([
       "Deno permissions are missing: net access, env access: run again with --allow-net " +
       "--allow-env",
       'Deno permissions are missing: net access to "0.0.0.0:0", "127.0.0.1:5672" and ' +
-      '"rabbit:5671", env access: run again with --allow-net --allow-env',
+      '"rabbit:5671", env access: run again with --allow-net=0.0.0.0:0,127.0.0.1:5672,' +
+      "rabbit:5671 --allow-env",
     ])
   }, 90_000)
 

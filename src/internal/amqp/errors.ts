@@ -38,8 +38,9 @@ export const invalidUrl = (url: string): TransportError | undefined => {
 /**
  * A failed connection (or channel). Refused credentials (403) are a configuration error, and so
  * is a refused vhost (530 NOT_ALLOWED at Connection.Open: unknown, or not the user's), but not a
- * vhost that is down or a connection limit reached, which time can mend. The broker's reason is
- * known where amqplib's handshake is patched (`keepCloseReasons`); else only amqplib's text.
+ * vhost that is down or a connection limit reached, which time can mend. Either quotes the
+ * broker's reason, known where amqplib's handshake is patched (`keepCloseReasons`) or quoted in
+ * amqplib's text; else amqplib's text.
  */
 export const connectError = (error: unknown, url: string): TransportError => {
   const shown = redactUrl(url)
@@ -56,9 +57,11 @@ export const connectError = (error: unknown, url: string): TransportError => {
     })
   }
   if (close?.replyCode === 403 || /ACCESS[-_]REFUSED|\b403\b/.test(text)) {
+    // amqplib quotes the broker's reason in its text when the handshake patch has not kept it.
+    const refusal = close?.replyText ?? /ACCESS_REFUSED - [^"]*/.exec(text)?.[0] ?? text
     return new TransportError({
       reason: "access_refused",
-      message: `The broker refused the credentials of ${shown}`,
+      message: `The broker refused the credentials of ${shown}: ${refusal}`,
     })
   }
   const reason = close === undefined || text.includes(close.replyText)

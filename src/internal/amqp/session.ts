@@ -7,7 +7,16 @@
  * after a synchronous call, the confirms awaited, the connection closed.
  */
 import type * as Amqp from "amqplib"
-import { Clock, Deferred, Duration, Effect, Random, Schedule, SubscriptionRef } from "effect"
+import {
+  Clock,
+  Deferred,
+  Duration,
+  Effect,
+  Option,
+  Random,
+  Schedule,
+  SubscriptionRef,
+} from "effect"
 import type { Scope } from "effect"
 import { type ConnectionStatus, isLive } from "../../Transport.ts"
 import type { TransportError } from "../../WorkerError.ts"
@@ -329,8 +338,12 @@ const session = (
           options.consumers.detach()
           options.current.clear()
         }),
-        // A failed attempt leaves the status as it was: `connecting` until the first connection.
-        SubscriptionRef.update(options.status, (s) => (isLive(s) ? "disconnected" : s)),
+        // A failed attempt leaves the status as it was, unpublished: `connecting` until the first
+        // connection. Published again, it read to its watchers as a new outage.
+        SubscriptionRef.updateSome(
+          options.status,
+          (s) => (isLive(s) ? Option.some("disconnected") : Option.none()),
+        ),
       ),
     ),
     Effect.scoped,

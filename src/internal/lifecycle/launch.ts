@@ -23,7 +23,7 @@ import {
   SettingsError,
   TransportError,
 } from "../../WorkerError.ts"
-import { errorKind, errorMessage } from "../describe.ts"
+import { errorChain, errorKind, errorMessage, oneLine } from "../describe.ts"
 import { readTable } from "../settings/row.ts"
 import { table } from "../settings/table.ts"
 import { shutdownBound } from "./life.ts"
@@ -65,11 +65,10 @@ const startFailure = (error: unknown): Effect.Effect<ExitCode, never, Process> =
   // The engine has said which service (a startup hook's own is a StartupHookError).
   if (error instanceof MissingServiceError) return Effect.succeed(2)
   if (error instanceof Config.ConfigError) {
-    return sayOnStderr(
-      `The configuration could not be read: ${error.message.split("\n")[0]!.trim()}`,
-    )
+    // Its message's later lines name the variable.
+    return sayOnStderr(`The configuration could not be read: ${oneLine(error.message)}`)
   }
-  return Effect.as(Effect.logError(`The app could not start: ${errorMessage(error)}`), 1 as const)
+  return Effect.as(Effect.logError(`The app could not start: ${errorChain(error)}`), 1 as const)
 }
 
 /**

@@ -50,6 +50,15 @@ export interface RunOptions extends Life.LifeOptions {
 const processEnvironment = Effect.sync(() => ConfigProvider.fromEnv({ preserveEmptyStrings: true }))
 
 /**
+ * How the process is told to run on the embedded broker: `WORKER_TRANSPORT=memory`, which every
+ * runner reads; the CLI, which alone takes `--memory`, provides its flag.
+ */
+export const EmbeddedBrokerHint = Context.Reference<string>(
+  "@async-task/worker/EmbeddedBrokerHint",
+  { defaultValue: () => "WORKER_TRANSPORT=memory" },
+)
+
+/**
  * The settings of the process, or the one line that says why not (exit code 2); from the
  * environment as it is, unless a `ConfigProvider` was given.
  */
@@ -89,7 +98,7 @@ export const processSettings = <A, I, O, R>(
     ) {
       return Result.fail(
         "BROKER_URL is not set: set it to the RabbitMQ URL (amqp://user:password@host:5672/vhost), " +
-          "or run on the embedded broker with --memory (WORKER_TRANSPORT=memory)",
+          `or run on the embedded broker with ${yield* EmbeddedBrokerHint}`,
       )
     }
     const unreached = missingPermissions({ net: addressesOf(settings, options) })

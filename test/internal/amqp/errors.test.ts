@@ -22,8 +22,26 @@ describe("amqplib's errors at the boundary", () => {
     )
     expect(error.reason).toBe("access_refused")
     expect(error.isConfiguration).toBe(true)
+    // No reason of the broker's: amqplib's text, without the password.
     expect(error.message).toBe(
-      "The broker refused the credentials of amqp://guest:***@127.0.0.1:5672/vhost",
+      "The broker refused the credentials of amqp://guest:***@127.0.0.1:5672/vhost: " +
+        "Handshake terminated by server: 403 (ACCESS-REFUSED) for amqp://guest:***@127.0.0.1:5672/vhost",
+    )
+  })
+
+  it("refused credentials quote the broker's reason from amqplib's text", () => {
+    const error = connectError(
+      new Error(
+        'Handshake terminated by server: 403 (ACCESS-REFUSED) with message "ACCESS_REFUSED - ' +
+          'Login was refused using authentication mechanism PLAIN. For details see the broker logfile."',
+      ),
+      URL,
+    )
+    expect(error.reason).toBe("access_refused")
+    expect(error.message).toBe(
+      "The broker refused the credentials of amqp://guest:***@127.0.0.1:5672/vhost: " +
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details " +
+        "see the broker logfile.",
     )
   })
 
@@ -85,7 +103,8 @@ describe("amqplib's errors at the boundary", () => {
     const error = connectError(closed(403, "ACCESS_REFUSED - Login was refused"), URL)
     expect(error.reason).toBe("access_refused")
     expect(error.message).toBe(
-      "The broker refused the credentials of amqp://guest:***@127.0.0.1:5672/vhost",
+      "The broker refused the credentials of amqp://guest:***@127.0.0.1:5672/vhost: " +
+        "ACCESS_REFUSED - Login was refused",
     )
   })
 

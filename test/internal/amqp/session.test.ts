@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Fiber, Option, Scope, SubscriptionRef } from "effect"
+import { Duration, Effect, Exit, Fiber, Option, Scope, Stream, SubscriptionRef } from "effect"
 import { TestClock } from "effect/testing"
 import * as Confirms from "../../../src/internal/amqp/confirms.ts"
 import * as Consumers from "../../../src/internal/amqp/consumers.ts"
@@ -24,6 +24,11 @@ const sessions = (
   Effect.gen(function* () {
     const inbox = new Inbox<Delivery, TransportError>()
     const status = yield* SubscriptionRef.make<ConnectionStatus>("connecting")
+    const published: Array<ConnectionStatus> = []
+    yield* SubscriptionRef.changes(status).pipe(
+      Stream.runForEach((s) => Effect.sync(() => published.push(s))),
+      Effect.forkScoped,
+    )
     const current = new Current<Session.Session>()
     const consumers = yield* Consumers.make({
       url: "amqp://fake",
@@ -62,6 +67,8 @@ const sessions = (
       loop,
       attempts: () => attempts,
       urls,
+      /** Every status published, in order, the first included. */
+      published,
     }
   })
 
@@ -271,6 +278,21 @@ describe("Session", () => {
       yield* TestClock.adjust("3 seconds")
       yield* eventually(() => status() === "connected")
       expect(attempts()).toBe(2)
+    }))
+
+  it.effect("a failed attempt publishes no status: `connecting` once, until the first connection", () =>
+    Effect.gen(function* () {
+      const refused = new Error("connect ECONNREFUSED")
+      const { attempts, published, status } = yield* sessions(
+        [refused, refused, refused, new FakeConnection()],
+      )
+      for (let attempt = 1; attempt <= 4; attempt++) {
+        yield* eventually(() => attempts() >= attempt)
+        yield* TestClock.adjust("3 seconds")
+      }
+      yield* eventually(() => status() === "connected")
+      expect(attempts()).toBe(4)
+      expect(published).toEqual(["connecting", "connected"])
     }))
 
   it.effect("a configuration error is not retried: the loop fails with it", () =>
