@@ -19,12 +19,20 @@ import { ConformanceError } from "./WorkerError.ts"
 
 /**
  * Where the protocol page is read: the report links each rule to its section there. The
- * package's own copy (`docs/protocol.md`, beside `src/` and `dist/`), of the version installed.
+ * package's own copy (`docs/protocol.md`, beside `src/` and `dist/`), of the version installed;
+ * the repository's where the module has no URL of its own (a CommonJS bundle).
  *
  * @since 0.2.0
  * @category constants
  */
-export const PROTOCOL_PAGE: string = new URL("../docs/protocol.md", import.meta.url).href
+export const PROTOCOL_PAGE: string = (() => {
+  try {
+    return new URL("../docs/protocol.md", import.meta.url).href
+  } catch {
+    // `import.meta.url` is undefined in a CommonJS bundle (examples/deploy/bundle).
+    return "https://github.com/async-task/worker/blob/main/docs/protocol.md"
+  }
+})()
 
 /**
  * One rule's verdict (`pass`, `fail`, `not observable`), with the section of the protocol page

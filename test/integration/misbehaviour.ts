@@ -373,7 +373,7 @@ const expectedDecisions = (kind: Kind) =>
   Array.from({ length: kind.deliveries }, (_, i) => {
     const attempt = i + 1
     if (attempt < kind.deliveries) {
-      return { attempt, delivery_limit: DELIVERY_LIMIT, outcome: "retry", action: "nack-requeue" }
+      return { attempt, delivery_limit: DELIVERY_LIMIT, outcome: "retry", action: "reject-requeue" }
     }
     return kind.expected === "success"
       ? { attempt, delivery_limit: DELIVERY_LIMIT, outcome: "success", action: "conclude" }
