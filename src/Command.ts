@@ -10,6 +10,7 @@ import { versions } from "node:process"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Effect, Result } from "effect"
 import { firstLine } from "./internal/describe.ts"
+import { vhostOf } from "./internal/conformance/unacked.ts"
 import { EmbeddedBrokerHint } from "./internal/lifecycle/process.ts"
 import { VERSION } from "./internal/version.ts"
 import * as Conformance from "./Conformance.ts"
@@ -193,7 +194,6 @@ const parseConformance = (args: ReadonlyArray<string>): Result.Result<Invocation
 }
 
 /** The vhost of an AMQP URL: its path, or RabbitMQ's default. */
-const vhostOf = (url: string): string => decodeURIComponent(new URL(url).pathname.slice(1)) || "/"
 
 /** Runs the conformance kit, printing its report: 0 when every rule passed. */
 const conformance = (

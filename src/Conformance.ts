@@ -142,14 +142,7 @@ const unackedFor = (
   log: (line: string) => void,
 ): Effect.Effect<(() => Promise<number>) | undefined> => {
   if (options.unacked !== undefined) return Effect.succeed(options.unacked)
-  let vhost: string
-  try {
-    vhost = decodeURIComponent(new URL(options.brokerUrl).pathname.slice(1)) || "/"
-  } catch {
-    // A URL that does not parse: the session fails on it, and says so.
-    return Effect.succeed(undefined)
-  }
-  return Effect.promise(() => unacked.discover(options.brokerUrl, vhost, inQueue)).pipe(
+  return Effect.promise(() => unacked.discover(options.brokerUrl, inQueue)).pipe(
     Effect.map((found) => {
       log(
         found === undefined
@@ -221,7 +214,8 @@ export const rabbitmqctlUnacked: (
 ) => () => Promise<number> = unacked.rabbitmqctl
 
 /**
- * Where the broker at `brokerUrl` tells the unacked count of `queue`: its management API where
+ * Where the broker at `brokerUrl` tells the unacked count of `queue` (of the URL's vhost): its
+ * management API where
  * enabled (found at the broker's host, on 15672 or its AMQP port + 10 000, and checked to serve
  * that port), else `rabbitmqctl` when the broker is on this machine and that command addresses
  * its node. `undefined` when neither does. {@link check} asks it when given no `unacked`.
@@ -231,7 +225,6 @@ export const rabbitmqctlUnacked: (
  */
 export const discoverUnacked: (
   brokerUrl: string,
-  vhost: string,
   queue: string,
   command?: string,
 ) => Promise<

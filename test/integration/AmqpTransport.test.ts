@@ -109,6 +109,36 @@ const countWords = (name: string) =>
         : Effect.succeed({ words: input.text.trim().split(/\s+/).length }),
   })
 
+/** A worker whose handler notes each attempt in `attempts`, then fails with a RetryableError. */
+const alwaysRetrying = (name: string, attempts: Array<number>) =>
+  Worker.make({
+    name,
+    input: Input,
+    output: Output,
+    timeout: "10 seconds",
+    handler: (_input, ctx) =>
+      Effect.sync(() => attempts.push(ctx.attempt)).pipe(
+        Effect.andThen(
+          Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", message: "Down." })),
+        ),
+      ),
+  })
+
+/**
+ * Declares `name`'s input queue and puts a task on it whose first `lost` deliveries were lost
+ * with their worker (each a failed delivery, on every RabbitMQ).
+ */
+const seedLostTask = async (
+  broker: Awaited<ReturnType<typeof platform>>,
+  name: string,
+  taskId: string,
+  lost: number,
+) => {
+  await broker.declare(`${name}_queue_in`, { durable: true })
+  broker.publish(`${name}_queue_in`, broker.envelope(taskId, { text: "a" }))
+  await broker.redeliver(`${name}_queue_in`, lost)
+}
+
 /** A transport's first `take`: how it failed, and everything its failure prints. */
 const firstTake = async (url: string, name: string) => {
   const exit = await Effect.runPromiseExit(
@@ -263,22 +293,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         async () => {
           const name = uniqueName("retry")
           const attempts: Array<number> = []
-          const worker = runWorker(
-            Worker.make({
-              name,
-              input: Input,
-              output: Output,
-              timeout: "10 seconds",
-              handler: (_input, ctx) =>
-                Effect.sync(() => attempts.push(ctx.attempt)).pipe(
-                  Effect.andThen(
-                    Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", message: "Down." })),
-                  ),
-                ),
-            }),
-            vhost,
-            { deliveryLimit: 3 },
-          )
+          const worker = runWorker(alwaysRetrying(name, attempts), vhost, { deliveryLimit: 3 })
           try {
             await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, broker.envelope("t-retry", { text: "a" }))
@@ -316,23 +331,8 @@ describe("AmqpTransport on RabbitMQ", () => {
       const name = uniqueName("lost-then-failing")
       const attempts: Array<number> = []
       try {
-        await broker.declare(`${name}_queue_in`, { durable: true })
-        broker.publish(`${name}_queue_in`, broker.envelope("t-lost", { text: "a" }))
-        await broker.redeliver(`${name}_queue_in`, 1)
-        const worker = runWorker(
-          Worker.make({
-            name,
-            input: Input,
-            output: Output,
-            timeout: "10 seconds",
-            handler: (_input, ctx) =>
-              Effect.sync(() => attempts.push(ctx.attempt)).pipe(
-                Effect.andThen(Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN" }))),
-              ),
-          }),
-          QUORUM_VHOST,
-          { deliveryLimit: 3 },
-        )
+        await seedLostTask(broker, name, "t-lost", 1)
+        const worker = runWorker(alwaysRetrying(name, attempts), QUORUM_VHOST, { deliveryLimit: 3 })
         try {
           await broker.waitForQueues(name)
           const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
@@ -433,10 +433,8 @@ describe("AmqpTransport on RabbitMQ", () => {
       const name = uniqueName("crashloop")
       let ran = false
       try {
-        await broker.declare(`${name}_queue_in`, { durable: true })
-        broker.publish(`${name}_queue_in`, broker.envelope("t-loop", { text: "a" }))
         // Five deliveries that never settle, as workers that crash would leave them.
-        await broker.redeliver(`${name}_queue_in`, 5)
+        await seedLostTask(broker, name, "t-loop", 5)
         const worker = runWorker(
           Worker.make({
             name,

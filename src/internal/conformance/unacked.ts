@@ -29,19 +29,25 @@ const run = (command: string, args: ReadonlyArray<string>, timeout: number): Pro
     )
   )
 
+/** The vhost an AMQP URL names (`/` when it names none). */
+export const vhostOf = (url: string): string =>
+  decodeURIComponent(new URL(url).pathname.slice(1)) || "/"
+
+/** GETs `path` of the HTTP API at `api`, with the URL's credentials as basic auth. */
+const get = (api: URL, path: string, timeoutMs: number): Promise<Response> => {
+  const auth = btoa(`${decodeURIComponent(api.username)}:${decodeURIComponent(api.password)}`)
+  return fetch(`${api.protocol}//${api.host}${path}`, {
+    headers: { authorization: `Basic ${auth}` },
+    signal: AbortSignal.timeout(timeoutMs),
+  })
+}
+
 /** The unacked count of the management API at `api` (`http://user:pass@host:15672`). */
 export const management =
   (api: string, vhost: string, queue: string) => async (): Promise<number> => {
-    const url = new URL(api)
-    const auth = btoa(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`)
-    url.username = ""
-    url.password = ""
-    url.pathname = `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`
-    const response = await fetch(url, {
-      headers: { authorization: `Basic ${auth}` },
-      signal: AbortSignal.timeout(10_000),
-    })
-    if (!response.ok) throw new Error(`${url.pathname}: ${response.status}`)
+    const path = `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`
+    const response = await get(new URL(api), path, 10_000)
+    if (!response.ok) throw new Error(`${path}: ${response.status}`)
     const body = await response.json() as { messages_unacknowledged?: unknown }
     if (typeof body.messages_unacknowledged !== "number") {
       throw new Error("no messages_unacknowledged")
@@ -65,26 +71,18 @@ export const rabbitmqctl =
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"])
 
 /** The management API at the broker's host that serves its AMQP port, if one answers. */
-const findManagement = async (broker: URL, port: number): Promise<string | undefined> => {
+const findManagement = async (broker: URL, port: number): Promise<URL | undefined> => {
   // The management port beside the default AMQP one, and the same step from another AMQP port
   // (5672 → 15672, 5681 → 15681), the usual way to run several nodes on one host.
   for (const candidate of new Set([15672, port + 10_000])) {
-    const api = new URL(`http://${broker.host.replace(/:\d+$/, "")}:${candidate}/api/overview`)
+    const api = new URL(`http://${broker.hostname}:${candidate}`)
     api.username = broker.username
     api.password = broker.password
-    const auth = btoa(
-      `${decodeURIComponent(broker.username)}:${decodeURIComponent(broker.password)}`,
-    )
     try {
-      const response = await fetch(`http://${api.host}/api/overview`, {
-        headers: { authorization: `Basic ${auth}` },
-        signal: AbortSignal.timeout(3_000),
-      })
+      const response = await get(api, "/api/overview", 3_000)
       if (!response.ok) continue
       const overview = await response.json() as { listeners?: unknown }
-      if (listensOn(overview.listeners, port)) {
-        return `http://${api.username}:${api.password}@${api.host}`
-      }
+      if (listensOn(overview.listeners, port)) return api
     } catch {
       // Nothing there, or not a management API: the next candidate.
     }
@@ -103,13 +101,13 @@ const ctlReaches = async (command: string, port: number): Promise<boolean> => {
 }
 
 /**
- * The unacked count of the broker at `brokerUrl`: its management API where enabled, found at its
- * host and checked to serve its AMQP port; else `rabbitmqctl` when the broker is on this machine
- * and that command addresses its node (its status lists the port). Undefined when neither does.
+ * The unacked count of `queue` on the broker at `brokerUrl` (its vhost): its management API where
+ * enabled, found at its host and checked to serve its AMQP port; else `rabbitmqctl` when the
+ * broker is on this machine and that command addresses its node (its status lists the port).
+ * Undefined when neither does, or the URL does not parse (the session says so).
  */
 export const discover = async (
   brokerUrl: string,
-  vhost: string,
   queue: string,
   command = "rabbitmqctl",
 ): Promise<UnackedSource | undefined> => {
@@ -119,14 +117,15 @@ export const discover = async (
   } catch {
     return undefined
   }
+  const vhost = vhostOf(brokerUrl)
   const port = broker.port === ""
     ? (broker.protocol === "amqps:" ? 5671 : 5672)
     : Number(broker.port)
   const api = await findManagement(broker, port)
   if (api !== undefined) {
     return {
-      unacked: management(api, vhost, queue),
-      description: `the management API at ${new URL(api).host}`,
+      unacked: management(api.href, vhost, queue),
+      description: `the management API at ${api.host}`,
     }
   }
   if (LOOPBACK.has(broker.hostname) && await ctlReaches(command, port)) {
