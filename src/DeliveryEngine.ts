@@ -38,13 +38,7 @@ import { Transport } from "./Transport.ts"
 import type { Worker } from "./WorkerDefinition.ts"
 import type { MissingServiceError, TransportError } from "./WorkerError.ts"
 
-/**
- * The engine of one worker.
- *
- * @since 0.1.0
- * @category services
- */
-export class DeliveryEngine extends Context.Service<DeliveryEngine, {
+interface DeliveryEngineShape {
   /** Consumes the transport's deliveries on the engine's fibers until intake stops. */
   readonly consume: Effect.Effect<void, TransportError | MissingServiceError>
   /** Deliveries in hand. */
@@ -60,7 +54,21 @@ export class DeliveryEngine extends Context.Service<DeliveryEngine, {
   readonly setConcurrency: (n: number) => Effect.Effect<void, Concurrency.ConcurrencyError>
   /** The number of tasks run at once now. */
   readonly concurrency: Effect.Effect<number>
-}>()("@async-task/worker/DeliveryEngine") {}
+}
+
+const DeliveryEngineService: Context.ServiceClass<
+  DeliveryEngine,
+  "@async-task/worker/DeliveryEngine",
+  DeliveryEngineShape
+> = Context.Service<DeliveryEngine, DeliveryEngineShape>()("@async-task/worker/DeliveryEngine")
+
+/**
+ * The engine of one worker.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class DeliveryEngine extends DeliveryEngineService {}
 
 /**
  * The backoff before the requeue of `attempt`: exponential from `base`, capped at `max`, with

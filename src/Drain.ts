@@ -28,15 +28,9 @@ export interface DrainReport {
  * @since 0.1.0
  * @category constants
  */
-export const REQUEUE_BOUND = Duration.seconds(5)
+export const REQUEUE_BOUND: Duration.Duration = Duration.seconds(5)
 
-/**
- * The drain of one worker.
- *
- * @since 0.1.0
- * @category services
- */
-export class Drain extends Context.Service<Drain, {
+interface DrainShape {
   /**
    * Drains within `grace` (default `WORKER_SHUTDOWN_GRACE_S`); `skipGrace` ends the grace
    * window early (a second signal). Safe to call from a finalizer: the waits are
@@ -46,7 +40,18 @@ export class Drain extends Context.Service<Drain, {
     readonly grace?: Duration.Input
     readonly skipGrace?: Effect.Effect<void>
   }) => Effect.Effect<DrainReport>
-}>()("@async-task/worker/Drain") {}
+}
+
+const DrainService: Context.ServiceClass<Drain, "@async-task/worker/Drain", DrainShape> = Context
+  .Service<Drain, DrainShape>()("@async-task/worker/Drain")
+
+/**
+ * The drain of one worker.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class Drain extends DrainService {}
 
 /**
  * The drain over the engine and transport in context.

@@ -10,13 +10,7 @@ import * as Timers from "./internal/delivery/timers.ts"
 import type { Lease } from "./Transport.ts"
 import type { LeaseLost } from "./WorkerError.ts"
 
-/**
- * Lease keeping.
- *
- * @since 0.1.0
- * @category services
- */
-export class LeaseRenewal extends Context.Service<LeaseRenewal, {
+interface LeaseRenewalShape {
   /**
    * Holds the lease until the returned release is called: renews it if it can be, and calls
    * `onLost` once if it is lost first (taken back, or a renewal refused). Synchronous, for the
@@ -25,7 +19,21 @@ export class LeaseRenewal extends Context.Service<LeaseRenewal, {
   readonly holdUnsafe: (lease: Lease, onLost: (lost: LeaseLost) => void) => () => void
   /** Holds the lease for as long as this runs; completes with why it was lost. */
   readonly keep: (lease: Lease) => Effect.Effect<LeaseLost>
-}>()("@async-task/worker/LeaseRenewal") {}
+}
+
+const LeaseRenewalService: Context.ServiceClass<
+  LeaseRenewal,
+  "@async-task/worker/LeaseRenewal",
+  LeaseRenewalShape
+> = Context.Service<LeaseRenewal, LeaseRenewalShape>()("@async-task/worker/LeaseRenewal")
+
+/**
+ * Lease keeping.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class LeaseRenewal extends LeaseRenewalService {}
 
 /**
  * The time between two renewals of a lease of `duration`: two thirds of it, so that a third

@@ -47,13 +47,7 @@ export interface TransportOptions {
   readonly classic?: boolean | undefined
 }
 
-/**
- * The embedded broker.
- *
- * @since 0.1.0
- * @category services
- */
-export class MemoryBroker extends Context.Service<MemoryBroker, {
+interface MemoryBrokerShape {
   /**
    * Publishes as the platform's API does; `deliveryCount` presets `x-delivery-count` (and as many
    * earlier hand-outs), and
@@ -101,7 +95,21 @@ export class MemoryBroker extends Context.Service<MemoryBroker, {
   readonly transport: (
     options: TransportOptions,
   ) => Effect.Effect<Transport["Service"], never, Scope.Scope>
-}>()("@async-task/worker/MemoryBroker") {}
+}
+
+const MemoryBrokerService: Context.ServiceClass<
+  MemoryBroker,
+  "@async-task/worker/MemoryBroker",
+  MemoryBrokerShape
+> = Context.Service<MemoryBroker, MemoryBrokerShape>()("@async-task/worker/MemoryBroker")
+
+/**
+ * The embedded broker.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class MemoryBroker extends MemoryBrokerService {}
 
 const encoder = new TextEncoder()
 

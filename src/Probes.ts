@@ -222,6 +222,12 @@ export const make = (
     return { port }
   })
 
+const WorkerProbesService: Context.ServiceClass<
+  WorkerProbes,
+  "@async-task/worker/Probes/WorkerProbes",
+  ProbeServerOptions
+> = Context.Service<WorkerProbes, ProbeServerOptions>()("@async-task/worker/Probes/WorkerProbes")
+
 /**
  * A running worker's probes, as its lifecycle provides them (`Worker.layer`, `Worker.run`):
  * where the standalone server listens (`HEALTH_CHECK_HOST`, `HEALTH_CHECK_PORT`) and what
@@ -231,10 +237,7 @@ export const make = (
  * @since 0.1.0
  * @category services
  */
-export class WorkerProbes extends Context.Service<
-  WorkerProbes,
-  ProbeServerOptions
->()("@async-task/worker/Probes/WorkerProbes") {}
+export class WorkerProbes extends WorkerProbesService {}
 
 /**
  * The probe routes of the worker in context (see `routes`), e.g. for

@@ -47,13 +47,7 @@ export const describeStop = (stop: Stop): string =>
  */
 export type ExitCode = 0 | 1 | 2
 
-/**
- * The process, as the lifecycle uses it.
- *
- * @since 0.1.0
- * @category services
- */
-export class Process extends Context.Service<Process, {
+interface ProcessShape {
   /**
    * The stops from now on, for as long as the scope lives: each signal received, and the
    * launcher's exit (see {@link Stop}) unless a signal came first. While anyone listens, a
@@ -70,7 +64,18 @@ export class Process extends Context.Service<Process, {
   readonly writeErr: (line: string) => Effect.Effect<void>
   /** The working directory, for resolving a module given on the command line. */
   readonly cwd: string
-}>()("@async-task/worker/Process") {}
+}
+
+const ProcessService: Context.ServiceClass<Process, "@async-task/worker/Process", ProcessShape> =
+  Context.Service<Process, ProcessShape>()("@async-task/worker/Process")
+
+/**
+ * The process, as the lifecycle uses it.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class Process extends ProcessService {}
 
 const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
 

@@ -30,13 +30,7 @@ export interface TaskProgress {
   readonly close: Effect.Effect<void>
 }
 
-/**
- * Opens throttled progress channels.
- *
- * @since 0.1.0
- * @category services
- */
-export class ProgressThrottle extends Context.Service<ProgressThrottle, {
+interface ProgressThrottleShape {
   /**
    * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
    * says the task's lease is lost (the broker has the task back: it is fenced). Its messages
@@ -49,7 +43,23 @@ export class ProgressThrottle extends Context.Service<ProgressThrottle, {
       readonly attempt?: number | undefined
     },
   ) => Effect.Effect<TaskProgress, never, Scope.Scope>
-}>()("@async-task/worker/ProgressThrottle") {}
+}
+
+const ProgressThrottleService: Context.ServiceClass<
+  ProgressThrottle,
+  "@async-task/worker/ProgressThrottle",
+  ProgressThrottleShape
+> = Context.Service<ProgressThrottle, ProgressThrottleShape>()(
+  "@async-task/worker/ProgressThrottle",
+)
+
+/**
+ * Opens throttled progress channels.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class ProgressThrottle extends ProgressThrottleService {}
 
 const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
   Metric.update(WorkerMetrics.progressDropped(reason), 1)

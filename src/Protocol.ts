@@ -58,7 +58,7 @@ export type Decoded = Data.TaggedEnum<{
  * @since 0.1.0
  * @category models
  */
-export const Decoded = Data.taggedEnum<Decoded>()
+export const Decoded: Data.TaggedEnum.Constructor<Decoded> = Data.taggedEnum<Decoded>()
 
 // Each property read of a tagged enum makes a new constructor: these run for every message.
 const { InvalidEnvelope, Poison, Task } = Decoded

@@ -42,14 +42,19 @@ export type TransportKind = WorkerSettings["transport"]
  */
 export type WorkerMode = WorkerSettings["mode"]
 
+const SettingsService: Context.ServiceClass<
+  Settings,
+  "@async-task/worker/Settings",
+  WorkerSettings
+> = Context.Service<Settings, WorkerSettings>()("@async-task/worker/Settings")
+
 /**
  * The worker's settings service.
  *
  * @since 0.1.0
  * @category services
  */
-export class Settings
-  extends Context.Service<Settings, WorkerSettings>()("@async-task/worker/Settings") {}
+export class Settings extends SettingsService {}
 
 /**
  * Settings given in code; they win over the environment. Durations are `Duration.Input`
@@ -69,7 +74,7 @@ export type { SettingsDefaults } from "./internal/settings/row.ts"
  * @since 0.1.0
  * @category constants
  */
-export const LEASE_MARGIN = Duration.seconds(60)
+export const LEASE_MARGIN: Duration.Duration = Duration.seconds(60)
 
 // The checks between fields, after each field's own. A field that failed its own check is
 // absent here, so that it is not compared with the others.

@@ -30,7 +30,9 @@ export type Redeliveries = Data.TaggedEnum<{
  * @since 0.1.0
  * @category models
  */
-export const Redeliveries = Data.taggedEnum<Redeliveries>()
+export const Redeliveries: Data.TaggedEnum.Constructor<Redeliveries> = Data.taggedEnum<
+  Redeliveries
+>()
 
 /**
  * The worker's hold on a delivery, until it settles it or loses it.
@@ -143,13 +145,7 @@ export type ConnectionStatus =
 export const isLive = (status: ConnectionStatus): boolean =>
   status === "connected" || status === "blocked" || status === "stalled"
 
-/**
- * A broker connection as the engine uses it.
- *
- * @since 0.1.0
- * @category services
- */
-export class Transport extends Context.Service<Transport, {
+interface TransportShape {
   /**
    * The next delivery of the input queue, waiting for one; `None` once intake has stopped.
    * The transport never holds more unsettled deliveries than the capacity (the prefetch):
@@ -179,4 +175,18 @@ export class Transport extends Context.Service<Transport, {
   readonly node?: Effect.Effect<string | undefined> | undefined
   /** The input queue's ready messages, as the broker reports them (for `onIdle`). */
   readonly readyCount?: Effect.Effect<number, TransportError> | undefined
-}>()("@async-task/worker/Transport") {}
+}
+
+const TransportService: Context.ServiceClass<
+  Transport,
+  "@async-task/worker/Transport",
+  TransportShape
+> = Context.Service<Transport, TransportShape>()("@async-task/worker/Transport")
+
+/**
+ * A broker connection as the engine uses it.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class Transport extends TransportService {}

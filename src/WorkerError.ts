@@ -6,6 +6,12 @@
  */
 import { Data, Duration } from "effect"
 import { errorText } from "./internal/describe.ts"
+import type { TaggedErrorClass } from "./internal/taggedError.ts"
+
+const FatalErrorBase: TaggedErrorClass<"FatalError", {
+  readonly code: string
+  readonly message: string
+}> = Data.TaggedError("FatalError")
 
 /**
  * The task cannot succeed: conclude it now with this code and message.
@@ -13,10 +19,14 @@ import { errorText } from "./internal/describe.ts"
  * @since 0.1.0
  * @category errors
  */
-export class FatalError extends Data.TaggedError("FatalError")<{
-  readonly code: string
-  readonly message: string
-}> {}
+export class FatalError extends FatalErrorBase {}
+
+const RetryableErrorBase: TaggedErrorClass<"RetryableError", {
+  readonly code?: string | undefined
+  readonly message?: string | undefined
+  readonly delay?: Duration.Input | undefined
+  readonly congestion?: boolean | undefined
+}> = Data.TaggedError("RetryableError")
 
 /**
  * The task may succeed later: requeue it after a backoff, or conclude it with `code` (default
@@ -27,12 +37,11 @@ export class FatalError extends Data.TaggedError("FatalError")<{
  * @since 0.1.0
  * @category errors
  */
-export class RetryableError extends Data.TaggedError("RetryableError")<{
-  readonly code?: string | undefined
-  readonly message?: string | undefined
-  readonly delay?: Duration.Input | undefined
-  readonly congestion?: boolean | undefined
-}> {}
+export class RetryableError extends RetryableErrorBase {}
+
+const WorkerDefinitionErrorBase: TaggedErrorClass<"WorkerDefinitionError", {
+  readonly message: string
+}> = Data.TaggedError("WorkerDefinitionError")
 
 /**
  * A worker definition the SDK cannot run (no name, a bad timeout, a missing schema or
@@ -41,9 +50,11 @@ export class RetryableError extends Data.TaggedError("RetryableError")<{
  * @since 0.1.0
  * @category errors
  */
-export class WorkerDefinitionError extends Data.TaggedError("WorkerDefinitionError")<{
-  readonly message: string
-}> {}
+export class WorkerDefinitionError extends WorkerDefinitionErrorBase {}
+
+const SettingsErrorBase: TaggedErrorClass<"SettingsError", {
+  readonly problems: ReadonlyArray<string>
+}> = Data.TaggedError("SettingsError")
 
 /**
  * Settings that do not validate; `problems` lists every one, `message` joins them.
@@ -51,13 +62,15 @@ export class WorkerDefinitionError extends Data.TaggedError("WorkerDefinitionErr
  * @since 0.1.0
  * @category errors
  */
-export class SettingsError extends Data.TaggedError("SettingsError")<{
-  readonly problems: ReadonlyArray<string>
-}> {
+export class SettingsError extends SettingsErrorBase {
   override get message(): string {
     return `Invalid worker settings: ${this.problems.join("; ")}`
   }
 }
+
+const LeaseLostBase: TaggedErrorClass<"LeaseLost", {
+  readonly reason: "expired" | "channel_closed" | "consumer_cancelled" | "stale"
+}> = Data.TaggedError("LeaseLost")
 
 /**
  * The delivery's lease is gone (expired, its channel closed, the consumer cancelled): the
@@ -66,13 +79,16 @@ export class SettingsError extends Data.TaggedError("SettingsError")<{
  * @since 0.1.0
  * @category errors
  */
-export class LeaseLost extends Data.TaggedError("LeaseLost")<{
-  readonly reason: "expired" | "channel_closed" | "consumer_cancelled" | "stale"
-}> {
+export class LeaseLost extends LeaseLostBase {
   override get message(): string {
     return `The delivery's lease was lost (${this.reason})`
   }
 }
+
+const PublishErrorBase: TaggedErrorClass<"PublishError", {
+  readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected"
+  readonly messageType: string
+}> = Data.TaggedError("PublishError")
 
 /**
  * A publish that the broker did not confirm.
@@ -80,25 +96,13 @@ export class LeaseLost extends Data.TaggedError("LeaseLost")<{
  * @since 0.1.0
  * @category errors
  */
-export class PublishError extends Data.TaggedError("PublishError")<{
-  readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected"
-  readonly messageType: string
-}> {
+export class PublishError extends PublishErrorBase {
   override get message(): string {
     return `Publishing a ${this.messageType} message failed (${this.reason})`
   }
 }
 
-/**
- * A transport failure outside one delivery (connect, declare, consume). The configuration
- * errors: `access_refused` (the broker refused the credentials), `not_allowed` (it refused the
- * vhost: unknown, or not the user's), `precondition_failed` (a queue exists with other
- * arguments), `not_configured` (no broker URL), `invalid_url` (a broker URL amqplib cannot use).
- *
- * @since 0.1.0
- * @category errors
- */
-export class TransportError extends Data.TaggedError("TransportError")<{
+const TransportErrorBase: TaggedErrorClass<"TransportError", {
   readonly reason:
     | "connect"
     | "declare"
@@ -111,7 +115,18 @@ export class TransportError extends Data.TaggedError("TransportError")<{
     | "not_configured"
     | "invalid_url"
   readonly message: string
-}> {
+}> = Data.TaggedError("TransportError")
+
+/**
+ * A transport failure outside one delivery (connect, declare, consume). The configuration
+ * errors: `access_refused` (the broker refused the credentials), `not_allowed` (it refused the
+ * vhost: unknown, or not the user's), `precondition_failed` (a queue exists with other
+ * arguments), `not_configured` (no broker URL), `invalid_url` (a broker URL amqplib cannot use).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class TransportError extends TransportErrorBase {
   /** A configuration error (see the reasons above): retrying cannot help. */
   get isConfiguration(): boolean {
     return CONFIGURATION.has(this.reason)
@@ -126,6 +141,10 @@ const CONFIGURATION: ReadonlySet<TransportError["reason"]> = new Set([
   "invalid_url",
 ])
 
+const ProbeErrorBase: TaggedErrorClass<"ProbeError", {
+  readonly message: string
+}> = Data.TaggedError("ProbeError")
+
 /**
  * A readiness probe of the worker is not ready: `/ready` shows this message for the probe (any
  * other failure shows only its class name, so a probe's error text never leaks by accident).
@@ -133,9 +152,12 @@ const CONFIGURATION: ReadonlySet<TransportError["reason"]> = new Set([
  * @since 0.1.0
  * @category errors
  */
-export class ProbeError extends Data.TaggedError("ProbeError")<{
+export class ProbeError extends ProbeErrorBase {}
+
+const ProbeServerErrorBase: TaggedErrorClass<"ProbeServerError", {
+  readonly reason: "bind"
   readonly message: string
-}> {}
+}> = Data.TaggedError("ProbeServerError")
 
 /**
  * The probe server could not start: it could not listen on `HEALTH_CHECK_HOST:HEALTH_CHECK_PORT`
@@ -144,10 +166,11 @@ export class ProbeError extends Data.TaggedError("ProbeError")<{
  * @since 0.1.0
  * @category errors
  */
-export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
-  readonly reason: "bind"
-  readonly message: string
-}> {}
+export class ProbeServerError extends ProbeServerErrorBase {}
+
+const IdleHookErrorBase: TaggedErrorClass<"IdleHookError", {
+  readonly cause: unknown
+}> = Data.TaggedError("IdleHookError")
 
 /**
  * The worker's `onIdle` hook failed: the worker ends with this error.
@@ -155,13 +178,15 @@ export class ProbeServerError extends Data.TaggedError("ProbeServerError")<{
  * @since 0.1.0
  * @category errors
  */
-export class IdleHookError extends Data.TaggedError("IdleHookError")<{
-  readonly cause: unknown
-}> {
+export class IdleHookError extends IdleHookErrorBase {
   override get message(): string {
     return `The onIdle hook failed: ${errorText(this.cause)}`
   }
 }
+
+const ConcurrencyErrorBase: TaggedErrorClass<"ConcurrencyError", {
+  readonly value: unknown
+}> = Data.TaggedError("ConcurrencyError")
 
 /**
  * An invalid concurrency: negative, not an integer, or above 2^31 − 1.
@@ -169,13 +194,15 @@ export class IdleHookError extends Data.TaggedError("IdleHookError")<{
  * @since 0.1.0
  * @category errors
  */
-export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
-  readonly value: unknown
-}> {
+export class ConcurrencyError extends ConcurrencyErrorBase {
   override get message(): string {
     return `A concurrency must be an integer from 0 to ${2 ** 31 - 1}, got ${String(this.value)}`
   }
 }
+
+const BrokerUnreachableBase: TaggedErrorClass<"BrokerUnreachable", {
+  readonly after: Duration.Duration
+}> = Data.TaggedError("BrokerUnreachable")
 
 /**
  * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`.
@@ -183,13 +210,15 @@ export class ConcurrencyError extends Data.TaggedError("ConcurrencyError")<{
  * @since 0.1.0
  * @category errors
  */
-export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
-  readonly after: Duration.Duration
-}> {
+export class BrokerUnreachable extends BrokerUnreachableBase {
   override get message(): string {
     return `The broker stayed unreachable for ${Duration.format(this.after)}: giving up`
   }
 }
+
+const MessageEncodeErrorBase: TaggedErrorClass<"MessageEncodeError", {
+  readonly message: string
+}> = Data.TaggedError("MessageEncodeError")
 
 /**
  * An outbound message that the spec does not allow (a bad code, a progress out of range, a
@@ -198,9 +227,11 @@ export class BrokerUnreachable extends Data.TaggedError("BrokerUnreachable")<{
  * @since 0.1.0
  * @category errors
  */
-export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
-  readonly message: string
-}> {}
+export class MessageEncodeError extends MessageEncodeErrorBase {}
+
+const StartupHookErrorBase: TaggedErrorClass<"StartupHookError", {
+  readonly cause: unknown
+}> = Data.TaggedError("StartupHookError")
 
 /**
  * A startup hook of the worker failed: the worker does not start (`Worker.run` exits 1).
@@ -208,13 +239,15 @@ export class MessageEncodeError extends Data.TaggedError("MessageEncodeError")<{
  * @since 0.1.0
  * @category errors
  */
-export class StartupHookError extends Data.TaggedError("StartupHookError")<{
-  readonly cause: unknown
-}> {
+export class StartupHookError extends StartupHookErrorBase {
   override get message(): string {
     return `A startup hook failed: ${errorText(this.cause)}`
   }
 }
+
+const MissingServiceErrorBase: TaggedErrorClass<"MissingServiceError", {
+  readonly service: string
+}> = Data.TaggedError("MissingServiceError")
 
 /**
  * A handler asked for a service its worker was not given (a plain-JavaScript worker run by the
@@ -225,14 +258,16 @@ export class StartupHookError extends Data.TaggedError("StartupHookError")<{
  * @since 0.2.0
  * @category errors
  */
-export class MissingServiceError extends Data.TaggedError("MissingServiceError")<{
-  readonly service: string
-}> {
+export class MissingServiceError extends MissingServiceErrorBase {
   override get message(): string {
     return `The handler needs the service "${this.service}", which the worker was not given: ` +
       "give it with the worker's layer (Worker.make({ layer })), or Worker.run's"
   }
 }
+
+const ServicesErrorBase: TaggedErrorClass<"ServicesError", {
+  readonly cause: unknown
+}> = Data.TaggedError("ServicesError")
 
 /**
  * The worker's services (its definition's `layer`) could not be built: the worker does not start
@@ -241,13 +276,15 @@ export class MissingServiceError extends Data.TaggedError("MissingServiceError")
  * @since 0.2.0
  * @category errors
  */
-export class ServicesError extends Data.TaggedError("ServicesError")<{
-  readonly cause: unknown
-}> {
+export class ServicesError extends ServicesErrorBase {
   override get message(): string {
     return `The worker's services could not be built: ${errorText(this.cause)}`
   }
 }
+
+const ConformanceErrorBase: TaggedErrorClass<"ConformanceError", {
+  readonly message: string
+}> = Data.TaggedError("ConformanceError")
 
 /**
  * Why the conformance kit could not run its battery: the broker, or a service that is not there.
@@ -255,6 +292,4 @@ export class ServicesError extends Data.TaggedError("ServicesError")<{
  * @since 0.2.0
  * @category errors
  */
-export class ConformanceError extends Data.TaggedError("ConformanceError")<{
-  readonly message: string
-}> {}
+export class ConformanceError extends ConformanceErrorBase {}

@@ -38,7 +38,11 @@ const labelled = (
  * @since 0.1.0
  * @category metrics
  */
-export const tasksTotal = labelled("worker_tasks_total", "Deliveries settled, by outcome", "status")
+export const tasksTotal: (value: string) => Metric.Counter<number> = labelled(
+  "worker_tasks_total",
+  "Deliveries settled, by outcome",
+  "status",
+)
 
 /**
  * Handler run time: from the handler's start (once `started` is confirmed) to its end, a retry's
@@ -61,7 +65,7 @@ export const taskDuration: Metric.Histogram<number> = Metric.histogram(
  * @since 0.1.0
  * @category metrics
  */
-export const messagesPublished = labelled(
+export const messagesPublished: (value: string) => Metric.Counter<number> = labelled(
   "worker_messages_published_total",
   "Messages published and confirmed",
   "message_type",
@@ -73,7 +77,7 @@ export const messagesPublished = labelled(
  * @since 0.1.0
  * @category metrics
  */
-export const taskFailures = labelled(
+export const taskFailures: (value: string) => Metric.Counter<number> = labelled(
   "worker_task_failures_total",
   "Failures concluded, by code",
   "code",
@@ -85,7 +89,7 @@ export const taskFailures = labelled(
  * @since 0.1.0
  * @category metrics
  */
-export const taskRetries = Metric.counter("worker_task_retries_total", {
+export const taskRetries: Metric.Counter<number> = Metric.counter("worker_task_retries_total", {
   description: "Deliveries requeued for a retry",
 })
 
@@ -95,7 +99,7 @@ export const taskRetries = Metric.counter("worker_task_retries_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const poisonMessages = labelled(
+export const poisonMessages: (value: string) => Metric.Counter<number> = labelled(
   "worker_poison_messages_total",
   "Poison messages, by reason",
   "reason",
@@ -107,7 +111,7 @@ export const poisonMessages = labelled(
  * @since 0.1.0
  * @category metrics
  */
-export const publishFailures = labelled(
+export const publishFailures: (value: string) => Metric.Counter<number> = labelled(
   "worker_publish_failures_total",
   "Publishes not confirmed",
   "message_type",
@@ -119,7 +123,7 @@ export const publishFailures = labelled(
  * @since 0.1.0
  * @category metrics
  */
-export const ackFailures = Metric.counter("worker_ack_failures_total", {
+export const ackFailures: Metric.Counter<number> = Metric.counter("worker_ack_failures_total", {
   description: "Settlements refused by the broker",
 })
 
@@ -129,7 +133,7 @@ export const ackFailures = Metric.counter("worker_ack_failures_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const tasksInFlight = Metric.gauge("worker_tasks_in_flight", {
+export const tasksInFlight: Metric.Gauge<number> = Metric.gauge("worker_tasks_in_flight", {
   description: "Deliveries in hand",
 })
 
@@ -139,9 +143,12 @@ export const tasksInFlight = Metric.gauge("worker_tasks_in_flight", {
  * @since 0.1.0
  * @category metrics
  */
-export const shutdownRequeued = Metric.counter("worker_shutdown_requeued_total", {
-  description: "Tasks requeued by a shutdown",
-})
+export const shutdownRequeued: Metric.Counter<number> = Metric.counter(
+  "worker_shutdown_requeued_total",
+  {
+    description: "Tasks requeued by a shutdown",
+  },
+)
 
 /**
  * Progress updates not sent, by reason (`invalid`, `regressed`, `superseded`, `concluded`,
@@ -150,7 +157,7 @@ export const shutdownRequeued = Metric.counter("worker_shutdown_requeued_total",
  * @since 0.1.0
  * @category metrics
  */
-export const progressDropped = labelled(
+export const progressDropped: (value: string) => Metric.Counter<number> = labelled(
   "worker_progress_dropped_total",
   "Progress updates not sent",
   "reason",
@@ -220,9 +227,12 @@ export const brokerConnection = (state: GaugedState): Metric.Gauge<number> =>
  * @since 0.2.0
  * @category metrics
  */
-export const brokerReconnects = Metric.counter("worker_broker_reconnects_total", {
-  description: "Broker connections made again after a loss",
-})
+export const brokerReconnects: Metric.Counter<number> = Metric.counter(
+  "worker_broker_reconnects_total",
+  {
+    description: "Broker connections made again after a loss",
+  },
+)
 
 /** The states a connection is counted in: a closed transport has no connection. */
 type GaugedState = Exclude<ConnectionStatus, "closed">
@@ -321,7 +331,7 @@ export const register: Effect.Effect<void> = Effect.withFiber((fiber) => {
  * @since 0.1.0
  * @category metrics
  */
-export const sdkInfo = Metric.gauge("worker_sdk_info", {
+export const sdkInfo: Metric.Gauge<number> = Metric.gauge("worker_sdk_info", {
   description: "The worker SDK's version and the runtime it runs on (always 1)",
 })
 
@@ -343,9 +353,12 @@ export const eventLoopLag: Metric.Gauge<number> = Metric.gauge("event_loop_lag_s
  * @since 0.1.0
  * @category metrics
  */
-export const processCpuSeconds = Metric.counter("process_cpu_seconds_total", {
-  description: "Total user and system CPU time spent in seconds",
-})
+export const processCpuSeconds: Metric.Counter<number> = Metric.counter(
+  "process_cpu_seconds_total",
+  {
+    description: "Total user and system CPU time spent in seconds",
+  },
+)
 
 /**
  * User CPU time of the process, in seconds.
@@ -353,9 +366,12 @@ export const processCpuSeconds = Metric.counter("process_cpu_seconds_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const processCpuUserSeconds = Metric.counter("process_cpu_user_seconds_total", {
-  description: "Total user CPU time spent in seconds",
-})
+export const processCpuUserSeconds: Metric.Counter<number> = Metric.counter(
+  "process_cpu_user_seconds_total",
+  {
+    description: "Total user CPU time spent in seconds",
+  },
+)
 
 /**
  * System CPU time of the process, in seconds.
@@ -363,9 +379,12 @@ export const processCpuUserSeconds = Metric.counter("process_cpu_user_seconds_to
  * @since 0.1.0
  * @category metrics
  */
-export const processCpuSystemSeconds = Metric.counter("process_cpu_system_seconds_total", {
-  description: "Total system CPU time spent in seconds",
-})
+export const processCpuSystemSeconds: Metric.Counter<number> = Metric.counter(
+  "process_cpu_system_seconds_total",
+  {
+    description: "Total system CPU time spent in seconds",
+  },
+)
 
 /**
  * Resident set size of the process, in bytes (`process.memoryUsage().rss`).
@@ -373,9 +392,12 @@ export const processCpuSystemSeconds = Metric.counter("process_cpu_system_second
  * @since 0.1.0
  * @category metrics
  */
-export const processResidentMemory = Metric.gauge("process_resident_memory_bytes", {
-  description: "Resident memory size in bytes",
-})
+export const processResidentMemory: Metric.Gauge<number> = Metric.gauge(
+  "process_resident_memory_bytes",
+  {
+    description: "Resident memory size in bytes",
+  },
+)
 
 /**
  * When the process started, in seconds since the Unix epoch.
@@ -383,7 +405,7 @@ export const processResidentMemory = Metric.gauge("process_resident_memory_bytes
  * @since 0.1.0
  * @category metrics
  */
-export const processStartTime = Metric.gauge("process_start_time_seconds", {
+export const processStartTime: Metric.Gauge<number> = Metric.gauge("process_start_time_seconds", {
   description: "Start time of the process since unix epoch in seconds",
 })
 
@@ -394,7 +416,7 @@ export const processStartTime = Metric.gauge("process_start_time_seconds", {
  * @since 0.1.0
  * @category metrics
  */
-export const heapUsed = Metric.gauge("nodejs_heap_size_used_bytes", {
+export const heapUsed: Metric.Gauge<number> = Metric.gauge("nodejs_heap_size_used_bytes", {
   description: "V8 heap size used in bytes",
 })
 
@@ -404,7 +426,7 @@ export const heapUsed = Metric.gauge("nodejs_heap_size_used_bytes", {
  * @since 0.1.0
  * @category metrics
  */
-export const heapTotal = Metric.gauge("nodejs_heap_size_total_bytes", {
+export const heapTotal: Metric.Gauge<number> = Metric.gauge("nodejs_heap_size_total_bytes", {
   description: "V8 heap size reserved in bytes",
 })
 
@@ -414,7 +436,7 @@ export const heapTotal = Metric.gauge("nodejs_heap_size_total_bytes", {
  * @since 0.1.0
  * @category metrics
  */
-export const externalMemory = Metric.gauge("nodejs_external_memory_bytes", {
+export const externalMemory: Metric.Gauge<number> = Metric.gauge("nodejs_external_memory_bytes", {
   description: "V8 external memory size in bytes",
 })
 
@@ -425,7 +447,7 @@ export const externalMemory = Metric.gauge("nodejs_external_memory_bytes", {
  * @since 0.1.0
  * @category metrics
  */
-export const activeResources = Metric.gauge("nodejs_active_resources", {
+export const activeResources: Metric.Gauge<number> = Metric.gauge("nodejs_active_resources", {
   description: "Resources keeping the event loop alive, by type",
 })
 
@@ -435,9 +457,12 @@ export const activeResources = Metric.gauge("nodejs_active_resources", {
  * @since 0.1.0
  * @category metrics
  */
-export const activeResourcesTotal = Metric.gauge("nodejs_active_resources_total", {
-  description: "Resources keeping the event loop alive",
-})
+export const activeResourcesTotal: Metric.Gauge<number> = Metric.gauge(
+  "nodejs_active_resources_total",
+  {
+    description: "Resources keeping the event loop alive",
+  },
+)
 
 /**
  * Garbage collection pauses, in seconds, by `kind` (`minor`, `major`, `incremental`, `weakcb`),
@@ -460,6 +485,6 @@ export const gcDuration: Metric.Histogram<number> = Metric.histogram(
  * @since 0.1.0
  * @category metrics
  */
-export const concurrencyTarget = Metric.gauge("worker_concurrency_target", {
+export const concurrencyTarget: Metric.Gauge<number> = Metric.gauge("worker_concurrency_target", {
   description: "The adaptive concurrency's current target",
 })

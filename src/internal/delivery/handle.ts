@@ -9,16 +9,25 @@ import type { EngineContext } from "./context.ts"
 import { deliver } from "./deliver.ts"
 import { deliveryBase } from "./fiberContext.ts"
 
+interface DeliveryHandleShape {
+  readonly handle: (delivery: Delivery) => Effect.Effect<Decision.Decision>
+}
+
+const DeliveryHandleService: Context.ServiceClass<
+  DeliveryHandle,
+  "@async-task/worker/internal/DeliveryHandle",
+  DeliveryHandleShape
+> = Context.Service<DeliveryHandle, DeliveryHandleShape>()(
+  "@async-task/worker/internal/DeliveryHandle",
+)
+
 /**
  * Runs one delivery to its settlement; never fails.
  *
  * @since 0.1.0
  * @category services
  */
-export class DeliveryHandle extends Context.Service<
-  DeliveryHandle,
-  { readonly handle: (delivery: Delivery) => Effect.Effect<Decision.Decision> }
->()("@async-task/worker/internal/DeliveryHandle") {}
+export class DeliveryHandle extends DeliveryHandleService {}
 
 /** The handle of the engine `ctx`. */
 export const make = <A, O, R>(ctx: EngineContext<A, O, R>): DeliveryHandle["Service"] => ({

@@ -42,7 +42,9 @@ export type LifecycleState = Data.TaggedEnum<{
  * @since 0.1.0
  * @category models
  */
-export const LifecycleState = Data.taggedEnum<LifecycleState>()
+export const LifecycleState: Data.TaggedEnum.Constructor<LifecycleState> = Data.taggedEnum<
+  LifecycleState
+>()
 
 /**
  * Why consuming ended other than cleanly, once the worker had started.

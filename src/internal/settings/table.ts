@@ -6,11 +6,47 @@
  */
 import { hostname } from "node:os"
 import { Duration } from "effect"
+import type { LogLevel, Option, Redacted } from "effect"
 import { urlsProblem } from "../amqp/url.ts"
-import { boolean, duration, integer, literal, logLevel, secret, text } from "./row.ts"
+import { boolean, duration, integer, literal, logLevel, type Row, secret, text } from "./row.ts"
+
+/** Each setting's row: `Row<its value once read, what an override in code may give>`. */
+// A type, not an interface: an interface has no index signature, which `Table` asks for.
+export type SettingsTable = {
+  readonly inQueue: Row<string, string>
+  readonly outQueue: Row<string, string>
+  readonly concurrency: Row<number, number>
+  readonly deliveryLimit: Row<number, number>
+  readonly queueDeliveryLimit: Row<number, number>
+  readonly retryBackoffBase: Row<Duration.Duration, Duration.Input>
+  readonly retryBackoffMax: Row<Duration.Duration, Duration.Input>
+  readonly consumerTimeout: Row<Duration.Duration, Duration.Input>
+  readonly shutdownGrace: Row<Duration.Duration, Duration.Input>
+  readonly shutdownHooksTimeout: Row<Duration.Duration, Duration.Input>
+  readonly progressMinInterval: Row<Duration.Duration, Duration.Input>
+  readonly maxMessageBytes: Row<number, number>
+  readonly taskTimeout: Row<Duration.Duration, Duration.Input>
+  readonly hostname: Row<string, string>
+  readonly healthCheckHost: Row<string, string>
+  readonly healthCheckPort: Row<number, number>
+  readonly brokerUrl: Row<
+    Option.Option<Redacted.Redacted<string>>,
+    string | Redacted.Redacted<string>
+  >
+  readonly heartbeat: Row<number, number>
+  readonly transport: Row<"amqp" | "memory", "amqp" | "memory">
+  readonly mode: Row<"service" | "job", "service" | "job">
+  readonly jobMaxTasks: Row<number, number>
+  readonly jobIdleTimeout: Row<Duration.Duration, Duration.Input>
+  readonly jobConnectTimeout: Row<Duration.Duration, Duration.Input>
+  readonly logLevel: Row<LogLevel.LogLevel, LogLevel.LogLevel>
+  readonly logErrorText: Row<boolean, boolean>
+  readonly taskOverrunGrace: Row<Duration.Duration, Duration.Input>
+  readonly probeTimeout: Row<Duration.Duration, Duration.Input>
+}
 
 /** The rows, by field name. */
-export const table = {
+export const table: SettingsTable = {
   inQueue: text({
     env: "IN_QUEUE_NAME",
     default: (definition) => `${definition.name}_queue_in`,
