@@ -91,11 +91,17 @@ root_pids() {
   return 0
 }
 
+# The node reads its memory use from /proc (its management agent stops the boot without it); the
+# root's /proc is mounted while the node runs, unmounted when it stops.
+mount_proc() { mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"; }
+unmount_proc() { ! mountpoint -q "$ROOT/proc" || umount "$ROOT/proc" || umount -l "$ROOT/proc"; }
+
 serves() { in_root /usr/lib/rabbitmq/bin/rabbitmqctl -q -t 10 await_startup >/dev/null 2>&1; }
 
 start() {
   make_root
   configure
+  mount_proc
   if serves; then
     echo "rabbitmq4: already serving on 127.0.0.1:$AMQP_PORT"
     return 0
@@ -116,6 +122,11 @@ start() {
 
 stop() {
   [ -d "$ROOT" ] || return 0
+  stop_node
+  unmount_proc
+}
+
+stop_node() {
   local pids
   pids="$(root_pids)"
   [ -n "$pids" ] || return 0
@@ -128,6 +139,7 @@ stop() {
   pids="$(root_pids)"
   # shellcheck disable=SC2086
   [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+  sleep 0.5
 }
 
 # Runs "$@" against the node, then asks it whether anything used a deprecated feature (global
