@@ -11,6 +11,14 @@ import type { MessageType, PoisonReason } from "./Protocol.ts"
 import { type ConnectionStatus, isLive } from "./Transport.ts"
 
 /**
+ * A counter labelled by one key: the series of a label value.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type LabelledCounter = (value: string) => Metric.Counter<number>
+
+/**
  * A counter labelled by one key, as a factory of one series per label value, each made once.
  * Each value gets its own declaration under `withAttributes`: a metric caches its series key
  * for the last attribute set it saw, so values sharing one declaration (a delivery's `started`
@@ -20,7 +28,7 @@ const labelled = (
   name: string,
   description: string,
   key: string,
-): (value: string) => Metric.Counter<number> => {
+): LabelledCounter => {
   const byValue = new Map<string, Metric.Counter<number>>()
   return (value) => {
     let metric = byValue.get(value)
@@ -38,7 +46,7 @@ const labelled = (
  * @since 0.1.0
  * @category metrics
  */
-export const tasksTotal: (value: string) => Metric.Counter<number> = labelled(
+export const tasksTotal: LabelledCounter = labelled(
   "worker_tasks_total",
   "Deliveries settled, by outcome",
   "status",
@@ -65,7 +73,7 @@ export const taskDuration: Metric.Histogram<number> = Metric.histogram(
  * @since 0.1.0
  * @category metrics
  */
-export const messagesPublished: (value: string) => Metric.Counter<number> = labelled(
+export const messagesPublished: LabelledCounter = labelled(
   "worker_messages_published_total",
   "Messages published and confirmed",
   "message_type",
@@ -77,7 +85,7 @@ export const messagesPublished: (value: string) => Metric.Counter<number> = labe
  * @since 0.1.0
  * @category metrics
  */
-export const taskFailures: (value: string) => Metric.Counter<number> = labelled(
+export const taskFailures: LabelledCounter = labelled(
   "worker_task_failures_total",
   "Failures concluded, by code",
   "code",
@@ -99,7 +107,7 @@ export const taskRetries: Metric.Counter<number> = Metric.counter("worker_task_r
  * @since 0.1.0
  * @category metrics
  */
-export const poisonMessages: (value: string) => Metric.Counter<number> = labelled(
+export const poisonMessages: LabelledCounter = labelled(
   "worker_poison_messages_total",
   "Poison messages, by reason",
   "reason",
@@ -111,7 +119,7 @@ export const poisonMessages: (value: string) => Metric.Counter<number> = labelle
  * @since 0.1.0
  * @category metrics
  */
-export const publishFailures: (value: string) => Metric.Counter<number> = labelled(
+export const publishFailures: LabelledCounter = labelled(
   "worker_publish_failures_total",
   "Publishes not confirmed",
   "message_type",
@@ -157,7 +165,7 @@ export const shutdownRequeued: Metric.Counter<number> = Metric.counter(
  * @since 0.1.0
  * @category metrics
  */
-export const progressDropped: (value: string) => Metric.Counter<number> = labelled(
+export const progressDropped: LabelledCounter = labelled(
   "worker_progress_dropped_total",
   "Progress updates not sent",
   "reason",

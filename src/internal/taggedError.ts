@@ -6,5 +6,5 @@ import type { Cause, Types } from "effect"
 
 /** The constructor of a tagged error with `Fields`: what `Data.TaggedError(tag)` returns. */
 export type TaggedErrorClass<Tag extends string, Fields extends Record<string, any>> = new (
-  args: Types.VoidIfEmpty<{ readonly [P in keyof Fields]: Fields[P] }>,
+  args: Types.VoidIfEmpty<Readonly<Fields>>,
 ) => Cause.YieldableError & { readonly _tag: Tag } & Readonly<Fields>

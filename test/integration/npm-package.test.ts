@@ -34,6 +34,7 @@ import {
   node22Binary,
   node24Binary,
   node26Binary,
+  onNode22,
   pathWithoutBins,
   systemNode,
 } from "../support/nodes.ts"
@@ -47,10 +48,6 @@ interface PackageJson {
 
 const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as PackageJson
 const FIXTURES = join(ROOT, "test/fixtures/npm-package")
-
-// Once per `npm test`: in the Node 22 pass, which starts each Node it tests itself.
-const onNode22 = process.versions.deno === undefined &&
-  realpathSync(process.execPath) === realpathSync(node22Binary())
 
 /**
  * A user's environment with `node` on PATH first: the machine's own (proxies and certificates
@@ -89,7 +86,7 @@ const oneLine = (result: SpawnSyncReturns<string>): string => {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
-describe.runIf(onNode22)("the npm package in a fresh Node project", () => {
+describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
   const node22 = node22Binary()
   const node24 = node24Binary()
   const node26 = node26Binary()

@@ -5,7 +5,7 @@
  * `node_modules/.bin`: Node 20 on this project's machines) is older than the SDK supports: it
  * serves only to check what the SDK says on a Node it does not support.
  */
-import { accessSync, constants, existsSync } from "node:fs"
+import { accessSync, constants, existsSync, realpathSync } from "node:fs"
 import { delimiter, join, sep } from "node:path"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
@@ -36,6 +36,14 @@ export const node26Binary = (): string => devNode("26", "node26")
  */
 export const supportedNode = (): string =>
   process.versions.deno === undefined ? process.execPath : node22Binary()
+
+/**
+ * Whether this is the suite's pass on Node 22: a test that starts the Nodes (or compilers) itself,
+ * and gets the same answer whichever runtime runs it, runs in that pass only.
+ */
+export const onNode22 = (): boolean =>
+  process.versions.deno === undefined &&
+  realpathSync(process.execPath) === realpathSync(node22Binary())
 
 /** `PATH` without its `node_modules/.bin` directories. */
 export const pathWithoutBins = (path: string = process.env.PATH ?? ""): string =>
