@@ -9,6 +9,7 @@ export default defineConfig({
   test: {
     include: [
       "test/integration/AmqpTransport.test.ts",
+      "test/integration/heavy.test.ts",
       "test/conformance/kit.test.ts",
       "test/faults/chaos.test.ts",
     ],

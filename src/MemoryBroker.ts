@@ -172,6 +172,11 @@ export interface MemoryBrokerOptions {
   readonly reapInterval?: Duration.Input | undefined
   /** Keep a log of every published message for inspection. Default true. */
   readonly retainPublished?: boolean | undefined
+  /**
+   * The largest message body it takes, as RabbitMQ's `max_message_size`: a larger publish fails
+   * `too_large` (since 0.3.0). Default: no limit.
+   */
+  readonly maxMessageBytes?: number | undefined
 }
 
 /**
@@ -208,6 +213,7 @@ export const make = (
     }
 
     const refusing = new Set<string>()
+    const maxBytes = options.maxMessageBytes ?? Infinity
 
     const publish = (
       queue: string,
@@ -219,6 +225,8 @@ export const make = (
     ) =>
       injected(queue, type)
         ? Effect.fail(new PublishError({ reason: "injected", messageType: type ?? "unknown" }))
+        : body.byteLength > maxBytes
+        ? Effect.fail(new PublishError({ reason: "too_large", messageType: type ?? "unknown" }))
         : refusing.size !== 0 && refusing.has(queue)
         ? Effect.fail(new PublishError({ reason: "nacked", messageType: type ?? "unknown" }))
         : Effect.sync(() => core.publish(queue, body, type, deliveryCount, headers, messageId))

@@ -7,7 +7,7 @@
  */
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Result } from "effect"
-import { encodeUtf8 } from "./internal/codec/utf8.ts"
+import { encodeUtf8, utf8Exceeds } from "./internal/codec/utf8.ts"
 import { messageIdOf } from "./internal/delivery/plan.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
@@ -61,11 +61,21 @@ const ProgressThrottleService: Context.ServiceClass<
  */
 export class ProgressThrottle extends ProgressThrottleService {}
 
-const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed") =>
-  Metric.update(WorkerMetrics.progressDropped(reason), 1)
+const drop = (
+  reason: "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed" | "too_large",
+) => Metric.update(WorkerMetrics.progressDropped(reason), 1)
+
+/** A progress message larger than the output takes: dropped, the task goes on. */
+const tooLarge = (taskId: string) =>
+  Effect.logWarning("A progress message larger than the output takes was dropped").pipe(
+    Effect.annotateLogs({ task_id: taskId }),
+    Effect.andThen(drop("too_large")),
+  )
 
 /**
- * A throttle publishing through `publish` at most once per `interval` per task.
+ * A throttle publishing through `publish` at most once per `interval` per task; a progress
+ * message larger than `maxBytes` (default: no limit; the worker's is `WORKER_MAX_OUTPUT_BYTES`,
+ * since 0.3.0) is dropped with a warning.
  *
  * @since 0.1.0
  * @category constructors
@@ -73,6 +83,7 @@ const drop = (reason: "invalid" | "regressed" | "superseded" | "concluded" | "pu
 export const make = (
   interval: Duration.Input,
   publish: Transport["Service"]["publish"],
+  maxBytes: number = Infinity,
 ): ProgressThrottle["Service"] => {
   const intervalMillis = Duration.toMillis(Duration.fromInputUnsafe(interval))
   return ProgressThrottle.of({
@@ -100,10 +111,13 @@ export const make = (
             }).pipe(
               Effect.tap(() => Metric.update(WorkerMetrics.messagesPublished("progress"), 1)),
               Effect.catch((error) =>
-                Effect.logWarning("A progress message was not published; the task goes on").pipe(
-                  Effect.annotateLogs({ task_id: taskId, reason: error.reason }),
-                  Effect.andThen(drop("publish_failed")),
-                )
+                error.reason === "too_large"
+                  ? tooLarge(taskId)
+                  : Effect.logWarning("A progress message was not published; the task goes on")
+                    .pipe(
+                      Effect.annotateLogs({ task_id: taskId, reason: error.reason }),
+                      Effect.andThen(drop("publish_failed")),
+                    )
               ),
               // close interrupts the wait for the interval, but waits out a publish under way.
               Effect.uninterruptible,
@@ -155,6 +169,7 @@ export const make = (
                   Effect.andThen(drop("invalid")),
                 )
             }
+            if (utf8Exceeds(encoded.success, maxBytes)) return tooLarge(taskId)
             highest = fraction
             const superseded = held !== undefined
             held = encodeUtf8(encoded.success)
@@ -200,6 +215,6 @@ export const layer: Layer.Layer<ProgressThrottle, never, Settings | Transport> =
   Effect.gen(function* () {
     const settings = yield* Settings
     const transport = yield* Transport
-    return make(settings.progressMinInterval, transport.publish)
+    return make(settings.progressMinInterval, transport.publish, settings.maxOutputBytes)
   }),
 )

@@ -86,12 +86,14 @@ export class LeaseLost extends LeaseLostBase {
 }
 
 const PublishErrorBase: TaggedErrorClass<"PublishError", {
-  readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected"
+  readonly reason: "nacked" | "returned" | "closed" | "timeout" | "injected" | "too_large"
   readonly messageType: string
 }> = Data.TaggedError("PublishError")
 
 /**
- * A publish that the broker did not confirm.
+ * A publish that the broker did not confirm. `too_large` (since 0.3.0): the message is larger
+ * than the broker takes (RabbitMQ's `max_message_size`, learned from its refusal), and would be
+ * refused again.
  *
  * @since 0.1.0
  * @category errors

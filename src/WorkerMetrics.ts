@@ -216,7 +216,14 @@ const POISON_REASONS = valuesOf<PoisonReason | "invalid_envelope">({
   invalid_envelope: null,
 })
 
-const PROGRESS_DROP_REASONS = ["invalid", "regressed", "superseded", "concluded", "publish_failed"]
+const PROGRESS_DROP_REASONS = [
+  "invalid",
+  "regressed",
+  "superseded",
+  "concluded",
+  "publish_failed",
+  "too_large",
+]
 
 /**
  * The workers' broker connections in each `state` (`connecting`, `connected`, `blocked`,

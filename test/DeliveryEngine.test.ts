@@ -1675,6 +1675,88 @@ describe("DeliveryEngine", () => {
     })
   })
 
+  describe("a result or progress larger than the output takes", () => {
+    const Blob = Schema.Struct({ blob: Schema.String })
+    // "big" returns 20 KiB, past a 16 KiB limit; the others 2 s of work and a small result.
+    const sized = (runs: Map<string, number>) =>
+      Worker.make({
+        name: "count-words",
+        input: Text,
+        output: Blob,
+        timeout: "10 seconds",
+        concurrency: 3,
+        handler: ({ text }, ctx) =>
+          Effect.gen(function* () {
+            runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
+            if (text !== "big") {
+              yield* Effect.sleep("2 seconds")
+              return { blob: "small" }
+            }
+            yield* Effect.promise(() => ctx.progress(0.5, { partial: "p".repeat(20 * 1024) }))
+            return { blob: "b".repeat(20 * 1024) }
+          }),
+      })
+
+    const runBeside = (
+      overrides: Settings.SettingsOverrides,
+      brokerOptions: MemoryBroker.MemoryBrokerOptions,
+    ) => {
+      const runs = new Map<string, number>()
+      const worker = sized(runs)
+      return withLogs((logs) =>
+        Effect.gen(function* () {
+          const broker = yield* MemoryBroker.MemoryBroker
+          const settings = yield* Settings.Settings
+          yield* Worker.consume(worker)
+          for (const [id, text] of [["t-left", "a"], ["t-big", "big"], ["t-right", "b"]]) {
+            yield* broker.publish(settings.inQueue, envelope(id!, { text })).pipe(Effect.orDie)
+          }
+          yield* waitUntil(() => logs.settled("t-big").length === 1, "the big task settled")
+          // At once: the others are still at work.
+          expect(logs.settled()).toHaveLength(1)
+          yield* TestClock.adjust("3 seconds")
+          yield* waitUntil(() => logs.settled().length === 3, "every task settled")
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-big",
+            code: "OUTPUT_TOO_LARGE",
+            attempt: 1,
+            reason: "output_too_large",
+          })
+          for (const id of ["t-left", "t-right"]) {
+            expectSettled(logs, { outcome: "success", action: "conclude", taskId: id, attempt: 1 })
+          }
+          expect([...runs.values()]).toEqual([1, 1, 1])
+          const out = (yield* broker.published(settings.outQueue)).map((m) => decode(m.body))
+          const big = out.filter((m) => m.task_id === "t-big")
+          expect(big.map((m) => m.data.message_type)).toEqual(["started", "failure"])
+          expect(big[1]!.data).toMatchObject({ error_message: { code: "OUTPUT_TOO_LARGE" } })
+          // Settled for good: nothing of it back in the queue.
+          expect(yield* broker.ready(settings.inQueue)).toBe(0)
+          expect(yield* broker.unacked(settings.inQueue)).toBe(0)
+          expect(
+            logs.lines.filter((l) =>
+              l.level === "Warn" &&
+              l.message === "A progress message larger than the output takes was dropped" &&
+              l.annotations.task_id === "t-big"
+            ),
+          ).toHaveLength(1)
+        }).pipe(Effect.scoped, Effect.provide(memoryEnvironment(worker, overrides, brokerOptions)))
+      )
+    }
+
+    it.effect(
+      "past WORKER_MAX_OUTPUT_BYTES: OUTPUT_TOO_LARGE at once, one run, nothing published of it; the tasks beside it succeed",
+      () => runBeside({ maxOutputBytes: 16 * 1024 }, {}),
+    )
+
+    it.effect(
+      "past what the broker takes (its refusal, too_large): OUTPUT_TOO_LARGE at once, one run; the tasks beside it succeed",
+      () => runBeside({}, { maxMessageBytes: 16 * 1024 }),
+    )
+  })
+
   describe("Effect 4's waking at once", () => {
     it.effect(
       "a long row of tasks waiting for a pool's slot all settle: none runs inside the release of the one before",

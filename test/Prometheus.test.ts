@@ -303,6 +303,7 @@ describe("Prometheus", () => {
         "superseded",
         "concluded",
         "publish_failed",
+        "too_large",
       ]],
     ]
 

@@ -5,8 +5,6 @@ import {
   Cause,
   Effect,
   Exit,
-  Fiber,
-  Layer,
   Logger,
   Option,
   Redacted,
@@ -15,7 +13,6 @@ import {
   SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
-import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { FatalError, RetryableError, TransportError } from "../../src/WorkerError.ts"
 import {
@@ -29,39 +26,9 @@ import {
   uniqueName,
   urlFor,
 } from "./broker.ts"
+import { decisions, runWorker } from "./worker.ts"
 
 const TIMEOUT = 60_000
-
-/** Runs `worker` on RabbitMQ until the returned stop is called; collects its log lines. */
-const runWorker = <A, I, O>(
-  worker: Worker.Worker<A, I, O, never>,
-  vhost: string,
-  overrides: Settings.SettingsOverrides,
-) => {
-  const logs: Array<string> = []
-  const logger = Logger.make(({ fiber, message }) => {
-    const annotations = fiber.getRef(References.CurrentLogAnnotations)
-    const fields = Object.entries(annotations).map(([k, v]) => `${k}=${String(v)}`).join(" ")
-    logs.push(`${Array.isArray(message) ? message.join(" ") : String(message)} ${fields}`)
-  })
-  const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
-    brokerUrl: urlFor(vhost),
-    retryBackoffBase: "10 millis",
-    retryBackoffMax: "20 millis",
-    ...overrides,
-  })
-  const fiber = Effect.runFork(
-    Worker.serve(worker).pipe(
-      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provide(Logger.layer([logger])),
-      Effect.provideService(References.MinimumLogLevel, "Info"),
-    ),
-  )
-  return { logs, stop: () => Effect.runPromise(Fiber.interrupt(fiber)), fiber }
-}
-
-const decisions = (logs: ReadonlyArray<string>) =>
-  logs.filter((l) => l.startsWith("Delivery settled:"))
 
 const rabbitmqctl = (...args: ReadonlyArray<string | { readonly ignoreFailure: boolean }>) => {
   const words = args.filter((a): a is string => typeof a === "string")

@@ -13,6 +13,7 @@ import type * as Worker from "../../src/Worker.ts"
 export const memoryEnvironment = (
   worker: Worker.Any,
   overrides: Settings.SettingsOverrides = {},
+  brokerOptions: MemoryBroker.MemoryBrokerOptions = {},
 ): Layer.Layer<MemoryBroker.MemoryBroker | Settings.Settings | Transport, unknown> =>
   MemoryBroker.layerTransport().pipe(
     Layer.provideMerge(
@@ -21,7 +22,7 @@ export const memoryEnvironment = (
           { name: worker.name, timeout: worker.timeout, concurrency: worker.concurrency },
           overrides,
         ),
-        MemoryBroker.layer({ reapInterval: "1 second" }),
+        MemoryBroker.layer({ reapInterval: "1 second", ...brokerOptions }),
       ),
     ),
   )

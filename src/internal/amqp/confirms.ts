@@ -34,6 +34,11 @@ export interface Confirms {
    * `messageId` as its id (else a number of this process's), completing once the broker has
    * confirmed it.
    */
+  /**
+   * Hears why the broker closed a confirm channel: a message past its `max_message_size` teaches
+   * the largest it takes, and from then on a larger publish fails `too_large` without being sent.
+   */
+  readonly refusedWith: (error: unknown) => void
   readonly publish: (
     on: Publishing,
     body: Uint8Array,
@@ -41,6 +46,17 @@ export interface Confirms {
     headers?: Readonly<Record<string, string>> | undefined,
     messageId?: string | undefined,
   ) => Effect.Effect<void, PublishError>
+}
+
+// RabbitMQ's refusal of a message past `max_message_size` (a channel error, 406), as amqplib
+// reports it: "Channel closed by server: 406 (PRECONDITION-FAILED) with message
+// "PRECONDITION_FAILED - message size 20971520 is larger than configured max size 16777216"".
+const MAX_SIZE_REFUSAL = /message size \d+ is larger than configured max size (\d+)/
+
+/** The largest message the broker takes, from its refusal of a larger one, if `error` is one. */
+export const maxSizeOf = (error: unknown): number | undefined => {
+  const match = error instanceof Error ? MAX_SIZE_REFUSAL.exec(error.message) : null
+  return match === null ? undefined : Number(match[1])
 }
 
 interface AwaitingConfirm {
@@ -79,6 +95,13 @@ export const make = (options: {
       Effect.forkScoped,
     )
     let sequence = 0
+    // The largest message the broker takes, once it refused a larger one.
+    let maxBytes = Infinity
+
+    const refusedWith: Confirms["refusedWith"] = (error) => {
+      const max = maxSizeOf(error)
+      if (max !== undefined) maxBytes = max
+    }
 
     const track: Confirms["track"] = (channel) => {
       const returned = new Set<string>()
@@ -92,6 +115,9 @@ export const make = (options: {
 
     const publish: Confirms["publish"] = (on, body, type, headers, stableId) =>
       Effect.callback<void, PublishError>((resume) => {
+        if (body.byteLength > maxBytes) {
+          return resume(Effect.fail(new PublishError({ reason: "too_large", messageType: type })))
+        }
         const { publisher, returned } = on
         const id = ++sequence
         // A return names the message by its id: the broker returns a message before it confirms
@@ -123,8 +149,15 @@ export const make = (options: {
               }
               if (error) {
                 // amqplib fails every confirm still awaited when the channel closes: the
-                // broker did not refuse those.
-                return failWith(error.message === "channel closed" ? "closed" : "nacked")
+                // broker did not refuse those, unless it closed the channel for a message's
+                // size (`refusedWith` heard it first), which the message's own size tells.
+                return failWith(
+                  error.message !== "channel closed"
+                    ? "nacked"
+                    : body.byteLength > maxBytes
+                    ? "too_large"
+                    : "closed",
+                )
               }
               // Returns are rare: an empty set is not asked, as hashing the new id string for
               // the lookup is a call into the runtime on every confirm.
@@ -143,5 +176,5 @@ export const make = (options: {
         // in an interruption handler, the costliest steps of a publish.
       })
 
-    return { track, publish }
+    return { track, refusedWith, publish }
   })

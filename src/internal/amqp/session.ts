@@ -12,6 +12,7 @@ import {
   Deferred,
   Duration,
   Effect,
+  FiberSet,
   Option,
   Random,
   Schedule,
@@ -268,6 +269,65 @@ const watchSilence = (
   )
 }
 
+/** What a connection's confirm channel needs of its session. */
+interface PublishingOptions {
+  readonly options: SessionOptions
+  readonly overdue: () => void
+  readonly node: string
+  /** Gives the connection up. */
+  readonly lose: (error?: unknown) => void
+  /** Whether the connection is lost or given up already. */
+  readonly isOver: () => boolean
+}
+
+/**
+ * The connection's confirm channel, replaced when the broker closes it alone: a publish the
+ * broker refuses (a message past its `max_message_size`, RabbitMQ 4's 16 MiB) closes only the
+ * channel it came on, and the consumer channel's deliveries keep their leases. The publishes
+ * awaiting a confirm on the closed channel fail `closed` (or `too_large`, `confirms.ts`) and are
+ * tried again on the next. A close with no error of its own (the connection's) gives the
+ * connection up, as does a channel that cannot be opened again.
+ */
+const publishingOn = (connection: Connection, first: PublisherChannel, on: PublishingOptions) =>
+  Effect.gen(function* () {
+    const { options, node } = on
+    const run = yield* FiberSet.runtime(yield* FiberSet.make<void, never>())<never>()
+    const reopen = (why: string) =>
+      Effect.tryPromise(() => connection.createConfirmChannel()).pipe(
+        Effect.matchEffect({
+          onFailure: (error) => Effect.sync(() => on.lose(error)),
+          onSuccess: (next) =>
+            Effect.suspend(() => {
+              if (on.isOver()) return Effect.void
+              current = watch(next)
+              options.current.set(current)
+              return Effect.logWarning(
+                `The broker at ${node} closed the publishing channel (${why}): publishing goes on, on a new one`,
+              )
+            }),
+        }),
+      )
+    const watch = (publisher: PublisherChannel): Session => {
+      let refusal: unknown
+      publisher.on("error", (error: unknown) => {
+        refusal = error
+        options.confirms.refusedWith(error)
+      })
+      publisher.on("close", () => {
+        if (refusal === undefined || on.isOver()) return on.lose()
+        options.current.clear()
+        run(reopen(messageOf(refusal)))
+      })
+      const returned = options.confirms.track(publisher)
+      return { publisher, returned, overdue: on.overdue, node }
+    }
+    let current = watch(first)
+    yield* Effect.addFinalizer(() =>
+      closeStep(Effect.promise(() => current.publisher.waitForConfirms().catch(() => undefined)))
+    )
+    return { session: () => current }
+  })
+
 /** One connection's life, to `url`: returns when the connection is lost. */
 const session = (
   options: SessionOptions,
@@ -297,21 +357,22 @@ const session = (
       failed = new Error("a publish's confirm was overdue, so the connection was given up")
       if (!destroySocket(connection, failed as Error)) lose()
     }
-    const [publisher, channel] = yield* openChannels(connection, options, url)
-    const returned = options.confirms.track(publisher)
-    publisher.on("error", () => {})
-    publisher.on("close", lose)
-    yield* Effect.addFinalizer(() =>
-      closeStep(Effect.promise(() => publisher.waitForConfirms().catch(() => undefined)))
-    )
-    const declaringOut = declare(publisher, options.outQueue)
+    const [first, channel] = yield* openChannels(connection, options, url)
+    const publishing = yield* publishingOn(connection, first, {
+      options,
+      overdue,
+      node,
+      lose,
+      isOver: () => failed !== undefined || Deferred.isDoneUnsafe(ended),
+    })
+    const declaringOut = declare(first, options.outQueue)
     if (channel === undefined) {
-      yield* declare(publisher, options.inQueue)
+      yield* declare(first, options.inQueue)
       yield* declaringOut
     } else {
       yield* consumeOn(channel, declaringOut, ended, options)
     }
-    options.current.set({ publisher, returned, overdue, node })
+    options.current.set(publishing.session())
     yield* SubscriptionRef.update(
       options.status,
       (s) => (s === "closed" ? s : liveStatus(troubles)),

@@ -18,3 +18,10 @@ export const encodeUtf8 = (text: string): Uint8Array => {
   const bytes = Buffer.from(text, "utf8")
   return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength)
 }
+
+/**
+ * The UTF-8 length of `text`: a UTF-16 code unit is at most 3 bytes of UTF-8, so a text short
+ * enough for `maxBytes` at 3 bytes a unit is not measured (every result is checked on its way out).
+ */
+export const utf8Exceeds = (text: string, maxBytes: number): boolean =>
+  text.length * 3 > maxBytes && Buffer.byteLength(text, "utf8") > maxBytes

@@ -11,7 +11,8 @@ import type { WorkerSettings } from "../../Settings.ts"
 import type { LeaseLost } from "../../WorkerError.ts"
 import { errorKind } from "../describe.ts"
 import { formatIssues } from "../codec/issues.ts"
-import { conclude, fail, fenced, type Plan, requeue, type Task } from "./plan.ts"
+import { utf8Exceeds } from "../codec/utf8.ts"
+import { conclude, fail, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
 
 /** The failure message of `INTERNAL_ERROR`: never the exception's text. */
 export const INTERNAL_MESSAGE = "The worker failed while running the task."
@@ -130,10 +131,27 @@ export const handlerEnd = (verdict: Verdict): Concurrency.HandlerEnd => {
   }
 }
 
+/**
+ * The failure of a result the output cannot carry: past `WORKER_MAX_OUTPUT_BYTES`, or past the
+ * largest message the broker takes (learned from its refusal). Not retried: the same handler
+ * would return the same result.
+ */
+export const outputTooLarge = (task: TaskRef, maxBytes: number | undefined): Plan =>
+  fail(
+    task,
+    "OUTPUT_TOO_LARGE",
+    maxBytes === undefined
+      ? "The handler's result is larger than the broker takes."
+      : `The handler's result is larger than the ${maxBytes} bytes a message may have.`,
+    "failure",
+    "output_too_large",
+  )
+
 /** Step 6 for a handler that succeeded: its output, encoded by the output schema, is the response. */
 const succeeded = (
   output: unknown,
   task: Task,
+  maxOutputBytes: number,
   encodeOutput: (u: unknown) => Result.Result<unknown, Schema.SchemaError>,
 ): Plan => {
   let encoded: Result.Result<unknown, Schema.SchemaError | undefined>
@@ -152,7 +170,10 @@ const succeeded = (
     )
   }
   const response = encoded.success as Record<string, unknown>
-  return conclude({ type: "success", task_id: task.taskId, response }, task, "success")
+  const plan = conclude({ type: "success", task_id: task.taskId, response }, task, "success")
+  return plan._tag === "Conclude" && utf8Exceeds(plan.text, maxOutputBytes)
+    ? outputTooLarge(task, maxOutputBytes)
+    : plan
 }
 
 /** A failure with the handler's own code, or `INTERNAL_ERROR` (and a warning) for a bad one. */
@@ -170,12 +191,15 @@ const failWithCode = (task: Task, code: string, message: string): Next =>
 export const afterHandler = (
   verdict: Verdict,
   task: Task,
-  settings: Pick<WorkerSettings, "taskTimeout">,
+  settings: Pick<WorkerSettings, "taskTimeout" | "maxOutputBytes">,
   encodeOutput: (u: unknown) => Result.Result<unknown, Schema.SchemaError>,
 ): Next => {
   switch (verdict._tag) {
     case "Success":
-      return { _tag: "Settle", plan: succeeded(verdict.output, task, encodeOutput) }
+      return {
+        _tag: "Settle",
+        plan: succeeded(verdict.output, task, settings.maxOutputBytes, encodeOutput),
+      }
     case "Fatal":
       return failWithCode(task, verdict.code, verdict.message)
     case "Retry":

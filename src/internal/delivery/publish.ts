@@ -21,9 +21,16 @@ const PUBLISH_RETRY_MAX_MILLIS = 5000
 
 /**
  * What a publish held through the output's refusals came to: confirmed, the lease lost, the
- * lease's time used up (`expired`), the engine closing, or a defect of the transport.
+ * lease's time used up (`expired`), the engine closing, a message larger than the broker takes
+ * (`too_large`: refused again whenever tried), or a defect of the transport.
  */
-export type Publication = "published" | "lost" | "expired" | "closing" | Cause.Cause<unknown>
+export type Publication =
+  | "published"
+  | "lost"
+  | "expired"
+  | "closing"
+  | "too_large"
+  | Cause.Cause<unknown>
 
 type Waited = "elapsed" | "lost" | "closing"
 
@@ -141,6 +148,7 @@ function* publishTries<A, O, R>(
         return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
       }
       WorkerMetrics.count(WorkerMetrics.publishFailures(out.type), it.df.fiber.context)
+      if (refusal.value.reason === "too_large") return "too_large"
       // A publish lost with its connection is retried on the next one; only the broker's own
       // refusals close the gate.
       if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
@@ -200,6 +208,7 @@ export function* publishStarted<A, O, R>(
     case "lost":
       return fenced(task, "lease_lost")
     case "expired":
+    case "too_large":
       return requeue(task, "publish_failed", { reason: "started" })
     case "closing":
       return requeue(task, "shutdown_requeued")

@@ -11,6 +11,7 @@ import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
+import { outputTooLarge } from "./conclude.ts"
 import { backoffMillis, type Plan, returnedAs } from "./plan.ts"
 import { hold, logBroken, publishHeld } from "./publish.ts"
 
@@ -105,8 +106,12 @@ export function* settle<A, O, R>(
         return yield* ackDelivery(it, plan.decision)
       }
       if (published === "lost") return leaseLost(plan.decision)
+      // A result the broker will not take fails its task at once: the failure is small.
+      if (published === "too_large" && plan.type === "success" && it.task !== undefined) {
+        return yield* settle(ctx, it, outputTooLarge(it.task, undefined))
+      }
       if (typeof published !== "string") yield* logBroken(published)
-      const outcome: Decision.Outcome = published === "expired"
+      const outcome: Decision.Outcome = published === "expired" || published === "too_large"
         ? "publish_failed"
         : published === "closing"
         ? "shutdown_requeued"

@@ -25,6 +25,7 @@ export type SettingsTable = {
   readonly shutdownHooksTimeout: Row<Duration.Duration, Duration.Input>
   readonly progressMinInterval: Row<Duration.Duration, Duration.Input>
   readonly maxMessageBytes: Row<number, number>
+  readonly maxOutputBytes: Row<number, number>
   readonly taskTimeout: Row<Duration.Duration, Duration.Input>
   readonly hostname: Row<string, string>
   readonly healthCheckHost: Row<string, string>
@@ -122,6 +123,14 @@ export const table: SettingsTable = {
     shownDefault: "16 MiB",
     min: 1,
     meaning: "larger messages are poison, unparsed",
+  }),
+  maxOutputBytes: integer({
+    env: "WORKER_MAX_OUTPUT_BYTES",
+    default: 16 * 1024 * 1024,
+    shownDefault: "16 MiB",
+    // A `failure` (a code, 8 KiB of message, a task id) always fits.
+    min: 16 * 1024,
+    meaning: "larger: a result fails `OUTPUT_TOO_LARGE`, progress dropped",
   }),
   taskTimeout: duration({
     env: "WORKER_TASK_TIMEOUT_S",

@@ -128,6 +128,21 @@ export class FakeChannel extends EventEmitter {
     return this.call("waitForConfirms", "", () => undefined)
   }
 
+  /**
+   * The broker closes the channel for `error` (a channel error, such as a message past its
+   * `max_message_size`), as amqplib reports one: the error, then the close, which fails every
+   * confirm still awaited with "channel closed".
+   */
+  closeByBroker(error: Error): void {
+    this.closed = true
+    this.emit("error", error)
+    for (const p of this.published.splice(0)) p.confirm(new Error("channel closed"))
+    this.emit("close")
+  }
+
+  /** Whether the broker closed the channel. */
+  closed = false
+
   publish(
     exchange: string,
     routingKey: string,
@@ -148,7 +163,8 @@ export class FakeChannel extends EventEmitter {
 }
 
 export class FakeConnection extends EventEmitter {
-  readonly publisher: FakeChannel
+  /** The confirm channel: a new one once the broker closed the last. */
+  publisher: FakeChannel
   readonly consumer: FakeChannel
 
   constructor(readonly log: Array<string> = []) {
@@ -159,6 +175,7 @@ export class FakeConnection extends EventEmitter {
 
   createConfirmChannel(): Promise<FakeChannel> {
     this.log.push("connection.createConfirmChannel")
+    if (this.publisher.closed) this.publisher = new FakeChannel("publisher", this.log)
     return Promise.resolve(this.publisher)
   }
 

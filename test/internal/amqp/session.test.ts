@@ -63,6 +63,7 @@ const sessions = (
       inbox,
       status: statusNow,
       current,
+      confirms,
       consumers,
       loop,
       attempts: () => attempts,
@@ -121,6 +122,60 @@ describe("Session", () => {
       expect(delivery.lease.isLost()).toBe(true)
       expect(status()).toBe("connected")
       expect(second.consumer.windows()).toEqual([2])
+    }))
+
+  it.effect("a publish the broker refuses closes its channel alone: a new confirm channel, the connection and the leases kept; a message past the size it names fails too_large, the others closed", () =>
+    Effect.gen(function* () {
+      const connection = new FakeConnection()
+      const { status, current, inbox, confirms } = yield* sessions([connection])
+      yield* eventually(() => status() === "connected")
+      connection.consumer.deliver("ctag-1", { deliveryTag: 1 })
+      const delivery = Option.getOrThrow(yield* inbox.take)
+      const first = connection.publisher
+      const on = current.now!
+      const large = yield* Effect.forkChild(confirms.publish(on, new Uint8Array(20), "success"))
+      const small = yield* Effect.forkChild(confirms.publish(on, new Uint8Array(5), "progress"))
+      yield* eventually(() => first.published.length === 2)
+      first.closeByBroker(
+        new Error(
+          'Channel closed by server: 406 (PRECONDITION-FAILED) with message "PRECONDITION_FAILED - message size 20 is larger than configured max size 10"',
+        ),
+      )
+      const [largeExit, smallExit] = [yield* Fiber.await(large), yield* Fiber.await(small)]
+      expect(largeExit).toMatchObject({ _tag: "Failure" })
+      expect(Exit.isFailure(largeExit) && String(largeExit.cause)).toContain("too_large")
+      expect(Exit.isFailure(smallExit) && String(smallExit.cause)).toContain("closed")
+      yield* eventually(() => current.now !== undefined && current.now.publisher !== first)
+      const next = connection.publisher
+      expect(current.now!.publisher).toBe(next)
+      expect(delivery.lease.isLost()).toBe(false)
+      expect(status()).toBe("connected")
+      expect(connection.log).not.toContain("connection.close")
+      // Past the size the broker named, a publish fails at once, unsent; a smaller one goes out.
+      const again = yield* Effect.exit(
+        confirms.publish(current.now!, new Uint8Array(20), "success"),
+      )
+      expect(Exit.isFailure(again) && String(again.cause)).toContain("too_large")
+      expect(next.published).toHaveLength(0)
+      const ok = yield* Effect.forkChild(
+        confirms.publish(current.now!, new Uint8Array(5), "success"),
+      )
+      yield* eventually(() => next.published.length === 1)
+      next.published[0]!.confirm(null)
+      expect(Exit.isSuccess(yield* Fiber.await(ok))).toBe(true)
+    }))
+
+  it.effect("a confirm channel closed with no error of its own gives the connection up", () =>
+    Effect.gen(function* () {
+      const first = new FakeConnection()
+      const second = new FakeConnection()
+      const { status, current, inbox } = yield* sessions([first, second])
+      yield* eventually(() => status() === "connected")
+      first.consumer.deliver("ctag-1", { deliveryTag: 1 })
+      const delivery = Option.getOrThrow(yield* inbox.take)
+      first.publisher.emit("close")
+      yield* eventually(() => current.now?.publisher === second.publisher)
+      expect(delivery.lease.isLost()).toBe(true)
     }))
 
   it.effect("a cluster's nodes: each attempt goes to the next, so a node that is down is left at once", () =>

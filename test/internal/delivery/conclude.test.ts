@@ -14,10 +14,36 @@ import type { Task } from "../../../src/internal/delivery/plan.ts"
 import { FatalError, LeaseLost, RetryableError } from "../../../src/WorkerError.ts"
 
 const encodeOutput = Schema.encodeUnknownResult(Schema.Struct({ words: Schema.Number }))
-const settings = { taskTimeout: Duration.seconds(30) }
+const settings = { taskTimeout: Duration.seconds(30), maxOutputBytes: 16 * 1024 * 1024 }
 const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5 }
 
 describe("classify and afterHandler", () => {
+  it("a result whose success message is past maxOutputBytes fails OUTPUT_TOO_LARGE at once; one at the limit succeeds", () => {
+    const encodeText = Schema.encodeUnknownResult(Schema.Struct({ text: Schema.String }))
+    // {"task_id":"t","data":{"message_type":"success","response":{"text":"…"}}}: 72 bytes around the text.
+    const around = 72
+    const limit = 16 * 1024
+    const success = (chars: string) =>
+      afterHandler({ _tag: "Success", output: { text: chars } }, task, {
+        ...settings,
+        maxOutputBytes: limit,
+      }, encodeText)
+    // Two bytes a character in UTF-8: measured as bytes, not characters.
+    const justFits = "é".repeat((limit - around) / 2)
+    expect(success(justFits)).toMatchObject({
+      _tag: "Settle",
+      plan: { _tag: "Conclude", type: "success", decision: { outcome: "success" } },
+    })
+    expect(success(justFits + "a")).toMatchObject({
+      _tag: "Settle",
+      plan: {
+        _tag: "Conclude",
+        type: "failure",
+        decision: { outcome: "failure", code: "OUTPUT_TOO_LARGE", reason: "output_too_large" },
+      },
+    })
+  })
+
   it("a FatalError with a valid code concludes with it; an invalid one is INTERNAL_ERROR and a warning", () => {
     const ok = afterHandler(
       classify(Exit.fail(new FatalError({ code: "EMPTY", message: "Nothing." }))),

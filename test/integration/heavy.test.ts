@@ -1,0 +1,108 @@
+/**
+ * Heavy tasks on a real RabbitMQ (the machine's 3.10, and the 4.3 node under
+ * `npm run test:rabbitmq4`): a result larger than a message may be concludes its task alone, at
+ * once, and the tasks in flight beside it keep their leases.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Schema } from "effect"
+import type * as Settings from "../../src/Settings.ts"
+import * as Worker from "../../src/Worker.ts"
+import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { decisions, runWorker } from "./worker.ts"
+
+const TIMEOUT = 90_000
+
+const terminal = (m: { readonly type: string | undefined }) =>
+  m.type === "success" || m.type === "failure"
+
+describe("heavy tasks on RabbitMQ", () => {
+  let broker: Awaited<ReturnType<typeof platform>>
+  beforeAll(async () => {
+    ensureVhosts()
+    broker = await platform(QUORUM_VHOST)
+  })
+  afterAll(() => broker.close())
+
+  /** `big` returns 20 MiB at once; the others work 2 s and return a few bytes. */
+  const sized = (name: string, runs: Map<string, number>) =>
+    Worker.make({
+      name,
+      input: Schema.Struct({ text: Schema.String }),
+      output: Schema.Struct({ blob: Schema.String }),
+      timeout: "30 seconds",
+      concurrency: 3,
+      handler: async ({ text }, ctx) => {
+        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
+        if (text === "big") return { blob: "b".repeat(20 * 1024 * 1024) }
+        await new Promise((resolve) => setTimeout(resolve, 2000))
+        return { blob: "small" }
+      },
+    })
+
+  const resultTooLarge = async (overrides: Settings.SettingsOverrides) => {
+    const name = uniqueName("heavy")
+    const runs = new Map<string, number>()
+    const worker = runWorker(sized(name, runs), QUORUM_VHOST, overrides)
+    try {
+      await broker.waitForQueues(name)
+      for (const [id, text] of [["t-left", "a"], ["t-big", "big"], ["t-right", "b"]]) {
+        broker.publish(`${name}_queue_in`, broker.envelope(id!, { text }))
+      }
+      const out = await broker.readUntil(
+        `${name}_queue_out`,
+        (all) => all.filter(terminal).length === 3,
+        60_000,
+      )
+      const terminals = out.filter(terminal).map((m) => JSON.parse(m.text))
+      // The big one first, at once: the others still worked.
+      expect(terminals[0]).toEqual({
+        task_id: "t-big",
+        data: {
+          message_type: "failure",
+          error_message: { code: "OUTPUT_TOO_LARGE", message: expect.any(String) },
+        },
+      })
+      expect(terminals.slice(1).map((m) => [m.task_id, m.data.message_type]).sort()).toEqual([
+        ["t-left", "success"],
+        ["t-right", "success"],
+      ])
+      expect(Object.fromEntries(runs)).toEqual({ "t-left": 1, "t-big": 1, "t-right": 1 })
+      const lines = decisions(worker.logs)
+      expect(lines).toHaveLength(3)
+      expect(lines.find((l) => l.includes("task_id=t-big"))).toContain(
+        "outcome=failure action=conclude code=OUTPUT_TOO_LARGE reason=output_too_large attempt=1/5",
+      )
+      for (const id of ["t-left", "t-right"]) {
+        expect(lines.find((l) => l.includes(`task_id=${id}`))).toContain(
+          "outcome=success action=conclude attempt=1/5",
+        )
+      }
+      // No connection lost, no lease lost.
+      expect(worker.logs.filter((l) => /connection .* was lost|lease/.test(l))).toEqual([])
+      await worker.stop()
+      expect(await broker.count(`${name}_queue_in`)).toBe(0)
+      return worker.logs
+    } finally {
+      await worker.stop()
+      await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+    }
+  }
+
+  it(
+    "a 20 MiB result with default settings: OUTPUT_TOO_LARGE at once after one run; the two tasks beside it succeed, no lease lost",
+    async () => {
+      const logs = await resultTooLarge({})
+      expect(logs.filter((l) => l.includes("closed the publishing channel"))).toEqual([])
+    },
+    TIMEOUT,
+  )
+
+  it.runIf(isRabbitMQ4())(
+    "a 20 MiB result the broker refuses (WORKER_MAX_OUTPUT_BYTES above its 16 MiB): only the publishing channel closes; OUTPUT_TOO_LARGE after one run, the tasks beside it succeed",
+    async () => {
+      const logs = await resultTooLarge({ maxOutputBytes: 64 * 1024 * 1024 })
+      expect(logs.filter((l) => l.includes("closed the publishing channel"))).toHaveLength(1)
+    },
+    TIMEOUT,
+  )
+})
