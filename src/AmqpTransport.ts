@@ -51,10 +51,10 @@ export interface AmqpTransportOptions {
   /** The longest a publish waits for the broker's confirm. Default 10 s. */
   readonly confirmTimeout?: Duration.Input | undefined
   /**
-   * Asks the broker for this consumer timeout with the `x-consumer-timeout` consumer argument.
-   * RabbitMQ accepts it from 3.12 on; older brokers (such as Debian's 3.10) ignore it, and the
-   * policy or `consumer_timeout` setting rules. Derive it from the task timeout:
-   * `timeout + WORKER_RETRY_BACKOFF_MAX_S + 60 s`. Default: not asked.
+   * Asks the broker for this consumer timeout (the lease) with the `x-consumer-timeout` consumer
+   * argument, which RabbitMQ 3.12 and later honour over the queue's `consumer-timeout` policy and
+   * the node's `consumer_timeout`; older brokers (such as Debian's 3.10) accept and ignore it.
+   * `layer` asks `WORKER_CONSUMER_TIMEOUT_S`. Default: not asked.
    */
   readonly consumerTimeout?: Duration.Input | undefined
   /** Reconnection backoff: first delay and cap. Defaults 100 ms and 3 s. */
@@ -168,7 +168,8 @@ export const make = (
 
 /**
  * The RabbitMQ transport configured by the worker's settings (`BROKER_URL`, `WORKER_HEARTBEAT_S`,
- * the queues, the concurrency as prefetch).
+ * `WORKER_CONSUMER_TIMEOUT_S` asked as `x-consumer-timeout`, the queues, the concurrency as
+ * prefetch).
  *
  * @since 0.1.0
  * @category layers
@@ -186,6 +187,9 @@ export const layer: Layer.Layer<Transport, TransportError, Settings> = Layer.eff
     return yield* make({
       url: settings.brokerUrl.value,
       heartbeat: Duration.seconds(settings.heartbeat),
+      // The lease the settings were checked against (the task's worst case fits in it): asked of
+      // the broker, so that a shorter policy or node default does not take tasks back.
+      consumerTimeout: settings.consumerTimeout,
       inQueue: settings.inQueue,
       outQueue: settings.outQueue,
       capacity: settings.concurrency,

@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Schema } from "effect"
 import type * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import {
+  ensureVhosts,
+  isRabbitMQ4,
+  platform,
+  QUORUM_VHOST,
+  rabbitmqctl,
+  uniqueName,
+} from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
 
 const TIMEOUT = 90_000
@@ -102,6 +109,100 @@ describe("heavy tasks on RabbitMQ", () => {
     async () => {
       const logs = await resultTooLarge({ maxOutputBytes: 64 * 1024 * 1024 })
       expect(logs.filter((l) => l.includes("closed the publishing channel"))).toHaveLength(1)
+    },
+    TIMEOUT,
+  )
+
+  /** `t-long` works `seconds`; the others answer at once. */
+  const long = (name: string, seconds: number, runs: Map<string, number>) =>
+    Worker.make({
+      name,
+      input: Schema.Struct({ text: Schema.String }),
+      output: Schema.Struct({ blob: Schema.String }),
+      timeout: "30 seconds",
+      handler: async (_input, ctx) => {
+        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
+        if (ctx.taskId === "t-long") {
+          await new Promise((resolve) => setTimeout(resolve, seconds * 1000))
+        }
+        return { blob: "done" }
+      },
+    })
+
+  /**
+   * A task `seconds` long and one behind it, on a worker whose `WORKER_CONSUMER_TIMEOUT_S` is 120 s
+   * (the task's timeout, the backoff and 60 s fit): each concluded once, attempt 1.
+   */
+  const longTask = async (name: string, seconds: number) => {
+    const runs = new Map<string, number>()
+    const worker = runWorker(long(name, seconds, runs), QUORUM_VHOST, {
+      consumerTimeout: "120 seconds",
+    })
+    try {
+      await broker.waitForQueues(name)
+      broker.publish(`${name}_queue_in`, broker.envelope("t-long", { text: "a" }))
+      broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
+      const out = await broker.readUntil(
+        `${name}_queue_out`,
+        (all) => all.filter(terminal).length === 2,
+        (seconds + 30) * 1000,
+      )
+      expect(out.filter(terminal).map((m) => [JSON.parse(m.text).task_id, m.type])).toEqual([
+        ["t-long", "success"],
+        ["t-after", "success"],
+      ])
+      expect(Object.fromEntries(runs)).toEqual({ "t-long": 1, "t-after": 1 })
+      const lines = decisions(worker.logs)
+      expect(lines).toHaveLength(2)
+      for (const line of lines) {
+        expect(line).toContain("outcome=success action=conclude attempt=1/5")
+      }
+      expect(worker.logs.filter((l) => /lease_|lost|cancelled the consumer/.test(l))).toEqual([])
+    } finally {
+      await worker.stop()
+      await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+    }
+  }
+
+  it.runIf(isRabbitMQ4())(
+    "a queue whose consumer-timeout policy (3 s) is shorter than its 8 s task: the worker asks its own lease, the task succeeds once, the next one after it",
+    async () => {
+      const name = uniqueName("lease")
+      rabbitmqctl(
+        "set_policy",
+        "-p",
+        QUORUM_VHOST,
+        name,
+        `^${name}_queue_in$`,
+        '{"consumer-timeout": 3000}',
+        "--apply-to",
+        "queues",
+      )
+      try {
+        await longTask(name, 8)
+      } finally {
+        rabbitmqctl("clear_policy", "-p", QUORUM_VHOST, name)
+      }
+    },
+    TIMEOUT,
+  )
+
+  it.runIf(isRabbitMQ4())(
+    "a task 3× longer than the broker's default lease (scaled down to 4 s) succeeds once with WORKER_CONSUMER_TIMEOUT_S set as the docs say",
+    async () => {
+      const before = rabbitmqctl("eval", "application:get_env(rabbit, consumer_timeout).").trim()
+      const restore = /^\{ok,(\d+)\}$/.exec(before)?.[1]
+      rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 4000).")
+      try {
+        await longTask(uniqueName("lease-default"), 12)
+      } finally {
+        rabbitmqctl(
+          "eval",
+          restore === undefined
+            ? "application:unset_env(rabbit, consumer_timeout)."
+            : `application:set_env(rabbit, consumer_timeout, ${restore}).`,
+        )
+      }
     },
     TIMEOUT,
   )
