@@ -215,11 +215,24 @@ const makeEngine = <A, I, O>(
         })
         return Option.getOrThrow(delivery)
       })
+    /** Takes a task on a consumer's channel of its own, whose closing (`lose`) loses its lease. */
+    const takeLosable = (taskId: string, body: unknown) =>
+      Effect.gen(function* () {
+        const channel = yield* Scope.make()
+        const consumer = yield* broker.transport({
+          inQueue: settings.inQueue,
+          outQueue: settings.outQueue,
+          capacity: 1,
+        }).pipe(Scope.provide(channel))
+        yield* broker.publish(settings.inQueue, envelope(taskId, body))
+        const delivery = Option.getOrThrow(yield* consumer.take)
+        return { delivery, lose: Scope.close(channel, Exit.void) }
+      })
     const outbound = Effect.map(
       broker.published(settings.outQueue),
       (messages) => messages.map((m) => decode(m.body)),
     )
-    return { settings, broker, engine, take, outbound }
+    return { settings, broker, engine, take, takeLosable, outbound }
   })
 
 /** A delivery whose settlements are recorded in `log`. */
@@ -1287,19 +1300,14 @@ describe("DeliveryEngine", () => {
       Effect.gen(function* () {
         const entered: { ctx?: TaskContext } = {}
         const finalized = { value: false }
-        const { broker, engine, outbound, settings } = yield* makeEngine(slow(entered, finalized))
-        const channel = yield* Scope.make()
-        const consumer = yield* broker.transport({
-          inQueue: settings.inQueue,
-          outQueue: settings.outQueue,
-          capacity: 1,
-        }).pipe(Scope.provide(channel))
-        yield* broker.publish(settings.inQueue, envelope("t-closed", { text: "a" }))
-        const taken = Option.getOrThrow(yield* consumer.take)
+        const { broker, engine, outbound, settings, takeLosable } = yield* makeEngine(
+          slow(entered, finalized),
+        )
+        const { delivery: taken, lose } = yield* takeLosable("t-closed", { text: "a" })
         const settlements: Array<string> = []
         const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
         yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
-        yield* Scope.close(channel, Exit.void)
+        yield* lose
         const decision = yield* Fiber.join(fiber)
         expect(decision).toMatchObject({
           outcome: "cancelled",
@@ -1312,6 +1320,103 @@ describe("DeliveryEngine", () => {
         expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
         expect(yield* broker.ready(settings.inQueue)).toBe(1)
       }))
+
+    it.effect("a lease lost during a retry's backoff ends it: fenced at once, the retry's code dropped", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() =>
+            Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", delay: "60 seconds" }))
+          )
+          const { broker, engine, settings, takeLosable } = yield* makeEngine(worker)
+          const { delivery: taken, lose } = yield* takeLosable("t-backoff", { text: "a" })
+          const settlements: Array<string> = []
+          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
+          yield* TestClock.adjust("1 second")
+          expect(logs.settled(), "still in its 60 s backoff").toEqual([])
+          yield* lose
+          yield* TestClock.adjust("1 second")
+          // Heard at once, not when the backoff would have ended: settled, and out of flight.
+          expect(yield* isDone(fiber)).toBe(true)
+          expect(yield* engine.inFlight).toBe(0)
+          const line = expectSettled(logs, {
+            outcome: "cancelled",
+            action: "nack-requeue",
+            taskId: "t-backoff",
+            attempt: 1,
+            reason: "lease_lost",
+          })
+          expect(line.message).toBe(
+            "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_lost attempt=1/5",
+          )
+          // Fenced: the broker has the message back, the worker settles nothing.
+          expect(settlements).toEqual([])
+          expect(yield* broker.ready(settings.inQueue)).toBe(1)
+        })
+      ))
+
+    it.effect("a lease lost while a failure's publish is refused: fenced, the failure's code dropped", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() =>
+            Effect.fail(new FatalError({ code: "EMPTY_TEXT", message: "Nothing." }))
+          )
+          const { engine, takeLosable } = yield* makeEngine(worker, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type, options) =>
+                type === "failure"
+                  ? Effect.fail(new PublishError({ reason: "nacked", messageType: type }))
+                  : t.publish(body, type, options),
+            }),
+          })
+          const { delivery: taken, lose } = yield* takeLosable("t-refused-lost", { text: "a" })
+          const settlements: Array<string> = []
+          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
+          yield* TestClock.adjust("1 second")
+          yield* lose
+          yield* TestClock.adjust("5 seconds")
+          expect(yield* isDone(fiber)).toBe(true)
+          expectSettled(logs, {
+            outcome: "cancelled",
+            action: "nack-requeue",
+            taskId: "t-refused-lost",
+            attempt: 1,
+            reason: "lease_lost",
+          })
+          expect(settlements).toEqual([])
+        })
+      ))
+
+    it.effect("a lease lost during an engine error's backoff: fenced, not rejected", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const { engine, takeLosable } = yield* makeEngine(counting, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type, options) =>
+                type === "started"
+                  ? Effect.die(new Error("channel bug"))
+                  : t.publish(body, type, options),
+            }),
+          })
+          const { delivery: taken, lose } = yield* takeLosable("t-broken-lost", { text: "a" })
+          const settlements: Array<string> = []
+          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
+          // The requeue waits the attempt's backoff (at least half the 1 s base) first.
+          yield* TestClock.adjust("100 millis")
+          yield* lose
+          yield* TestClock.adjust("1 second")
+          expect(yield* isDone(fiber)).toBe(true)
+          expectSettled(logs, {
+            outcome: "cancelled",
+            action: "nack-requeue",
+            taskId: "t-broken-lost",
+            attempt: 1,
+            reason: "lease_lost",
+          })
+          expect(settlements).toEqual([])
+        })
+      ))
   })
 
   describe("a handler's scope", () => {
