@@ -227,7 +227,7 @@ const makeEngine = <A, I, O>(
         yield* broker.publish(settings.inQueue, envelope(taskId, body))
         const delivery = Option.getOrThrow(yield* consumer.take)
         return { delivery, lose: Scope.close(channel, Exit.void) }
-      })
+      }).pipe(Effect.orDie)
     const outbound = Effect.map(
       broker.published(settings.outQueue),
       (messages) => messages.map((m) => decode(m.body)),
@@ -1321,36 +1321,61 @@ describe("DeliveryEngine", () => {
         expect(yield* broker.ready(settings.inQueue)).toBe(1)
       }))
 
+    /**
+     * Handles `taskId` and loses its lease `lostAfter` into it, while the delivery waits: heard
+     * within `heardWithin`, fenced (nothing settled), out of flight, its one decision line a lost
+     * lease's with no code.
+     */
+    const loseWhileWaiting = (
+      logs: Logs,
+      { engine, takeLosable }: {
+        readonly engine: {
+          readonly handle: (delivery: Delivery) => Effect.Effect<unknown>
+          readonly inFlight: Effect.Effect<number>
+        }
+        readonly takeLosable: (
+          taskId: string,
+          body: unknown,
+        ) => Effect.Effect<{ readonly delivery: Delivery; readonly lose: Effect.Effect<void> }>
+      },
+      taskId: string,
+      lostAfter: Duration.Input,
+      heardWithin: Duration.Input,
+    ) =>
+      Effect.gen(function* () {
+        const { delivery, lose } = yield* takeLosable(taskId, { text: "a" })
+        const settlements: Array<string> = []
+        const fiber = yield* Effect.forkChild(engine.handle(recorded(delivery, settlements)))
+        yield* TestClock.adjust(lostAfter)
+        expect(logs.settled(), "still waiting when its lease is lost").toEqual([])
+        yield* lose
+        yield* TestClock.adjust(heardWithin)
+        expect(yield* isDone(fiber)).toBe(true)
+        expect(yield* engine.inFlight).toBe(0)
+        // Fenced: the broker has the message back, the worker settles nothing.
+        expect(settlements).toEqual([])
+        return expectSettled(logs, {
+          outcome: "cancelled",
+          action: "nack-requeue",
+          taskId,
+          attempt: 1,
+          reason: "lease_lost",
+        })
+      })
+
     it.effect("a lease lost during a retry's backoff ends it: fenced at once, the retry's code dropped", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
           const worker = define(() =>
             Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", delay: "60 seconds" }))
           )
-          const { broker, engine, settings, takeLosable } = yield* makeEngine(worker)
-          const { delivery: taken, lose } = yield* takeLosable("t-backoff", { text: "a" })
-          const settlements: Array<string> = []
-          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
-          yield* TestClock.adjust("1 second")
-          expect(logs.settled(), "still in its 60 s backoff").toEqual([])
-          yield* lose
-          yield* TestClock.adjust("1 second")
-          // Heard at once, not when the backoff would have ended: settled, and out of flight.
-          expect(yield* isDone(fiber)).toBe(true)
-          expect(yield* engine.inFlight).toBe(0)
-          const line = expectSettled(logs, {
-            outcome: "cancelled",
-            action: "nack-requeue",
-            taskId: "t-backoff",
-            attempt: 1,
-            reason: "lease_lost",
-          })
+          const made = yield* makeEngine(worker)
+          // Lost 1 s into its 60 s backoff: heard then, not when the backoff would have ended.
+          const line = yield* loseWhileWaiting(logs, made, "t-backoff", "1 second", "1 second")
           expect(line.message).toBe(
             "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_lost attempt=1/5",
           )
-          // Fenced: the broker has the message back, the worker settles nothing.
-          expect(settlements).toEqual([])
-          expect(yield* broker.ready(settings.inQueue)).toBe(1)
+          expect(yield* made.broker.ready(made.settings.inQueue)).toBe(1)
         })
       ))
 
@@ -1360,7 +1385,7 @@ describe("DeliveryEngine", () => {
           const worker = define(() =>
             Effect.fail(new FatalError({ code: "EMPTY_TEXT", message: "Nothing." }))
           )
-          const { engine, takeLosable } = yield* makeEngine(worker, {
+          const made = yield* makeEngine(worker, {
             wrap: (t) => ({
               ...t,
               publish: (body, type, options) =>
@@ -1369,28 +1394,15 @@ describe("DeliveryEngine", () => {
                   : t.publish(body, type, options),
             }),
           })
-          const { delivery: taken, lose } = yield* takeLosable("t-refused-lost", { text: "a" })
-          const settlements: Array<string> = []
-          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
-          yield* TestClock.adjust("1 second")
-          yield* lose
-          yield* TestClock.adjust("5 seconds")
-          expect(yield* isDone(fiber)).toBe(true)
-          expectSettled(logs, {
-            outcome: "cancelled",
-            action: "nack-requeue",
-            taskId: "t-refused-lost",
-            attempt: 1,
-            reason: "lease_lost",
-          })
-          expect(settlements).toEqual([])
+          // The refused publish is tried again within 5 s (its longest wait).
+          yield* loseWhileWaiting(logs, made, "t-refused-lost", "1 second", "5 seconds")
         })
       ))
 
     it.effect("a lease lost during an engine error's backoff: fenced, not rejected", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          const { engine, takeLosable } = yield* makeEngine(counting, {
+          const made = yield* makeEngine(counting, {
             wrap: (t) => ({
               ...t,
               publish: (body, type, options) =>
@@ -1399,22 +1411,8 @@ describe("DeliveryEngine", () => {
                   : t.publish(body, type, options),
             }),
           })
-          const { delivery: taken, lose } = yield* takeLosable("t-broken-lost", { text: "a" })
-          const settlements: Array<string> = []
-          const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
           // The requeue waits the attempt's backoff (at least half the 1 s base) first.
-          yield* TestClock.adjust("100 millis")
-          yield* lose
-          yield* TestClock.adjust("1 second")
-          expect(yield* isDone(fiber)).toBe(true)
-          expectSettled(logs, {
-            outcome: "cancelled",
-            action: "nack-requeue",
-            taskId: "t-broken-lost",
-            attempt: 1,
-            reason: "lease_lost",
-          })
-          expect(settlements).toEqual([])
+          yield* loseWhileWaiting(logs, made, "t-broken-lost", "100 millis", "1 second")
         })
       ))
   })
