@@ -738,6 +738,52 @@ describe("DeliveryEngine", () => {
         })
       ))
 
+    it.effect("a task run again after a shutdown publishes ids of its own; the tries of one publish share one", () =>
+      Effect.gen(function* () {
+        let runs = 0
+        const worker = define((_input, ctx) =>
+          Effect.andThen(
+            ctx.progress(0.5),
+            ++runs === 1 ? Effect.never : Effect.succeed({ words: 1 }),
+          )
+        )
+        // Every try of every publish, with its id; the first try of `success` is refused.
+        const tries: Array<{ readonly type: MessageType; readonly id: string | undefined }> = []
+        const { broker, engine, settings, take } = yield* makeEngine(worker, {
+          wrap: (t) => ({
+            ...t,
+            publish: (body, type, options) => {
+              tries.push({ type, id: options?.messageId })
+              return type === "success" && !tries.slice(0, -1).some((s) => s.type === "success")
+                ? Effect.fail(new PublishError({ reason: "nacked", messageType: type }))
+                : t.publish(body, type, options)
+            },
+          }),
+        })
+        const first = yield* Effect.forkChild(engine.handle(yield* take("t-again", { text: "a" })))
+        yield* waitUntil(() => tries.length === 2, "the first run reports its progress")
+        // A shutdown: the task goes back unprocessed, nacked, which RabbitMQ 4 does not count.
+        yield* Fiber.interrupt(first)
+        const again = Option.getOrThrow(yield* broker.get(settings.inQueue))
+        const second = yield* Effect.forkChild(engine.handle(again))
+        yield* TestClock.adjust("1 second")
+        expect(yield* Fiber.join(second)).toMatchObject({ outcome: "success", attempt: 1 })
+        const ids = tries.map((t) => t.id!)
+        const [a, b] = [ids[0]!.split(":")[2]!, ids[2]!.split(":")[2]!]
+        expect(a).toMatch(/^[0-9a-z]{8}$/)
+        expect(b).toMatch(/^[0-9a-z]{8}$/)
+        expect(a).not.toBe(b)
+        expect(ids).toEqual([
+          `t-again:1:${a}:started`,
+          `t-again:1:${a}:progress:1`,
+          `t-again:1:${b}:started`,
+          `t-again:1:${b}:progress:1`,
+          // The refused try and the one that was taken: one message, one id.
+          `t-again:1:${b}:success`,
+          `t-again:1:${b}:success`,
+        ])
+      }))
+
     it.effect("a task released by three shutdowns runs as attempt 1; its decision says its deliveries", () =>
       withLogs((logs) =>
         Effect.gen(function* () {

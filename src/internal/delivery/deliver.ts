@@ -14,7 +14,7 @@ import { afterHandler, handlerEnd, type Note } from "./conclude.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
 import { enterDelivery } from "./fiberContext.ts"
 import { countWarning, open, type Opening } from "./open.ts"
-import { fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
+import { deliveryIdOf, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
 import { hold, logBroken, publishStarted } from "./publish.ts"
 import { runHandler } from "./run.ts"
 import { backoff, requeueDelivery, settle } from "./settle.ts"
@@ -186,7 +186,13 @@ function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<
   let opening: Opening<A> | undefined
   let broken: Cause.Cause<never> | undefined
   try {
-    opening = open(delivery.body, delivery.redeliveries, ctx.settings, ctx.decodeInput)
+    opening = open(
+      delivery.body,
+      delivery.redeliveries,
+      ctx.settings,
+      ctx.decodeInput,
+      deliveryIdOf(ctx.random.nextDoubleUnsafe()),
+    )
     it.task = opening.task
   } catch (defect) {
     broken = Cause.die(defect)

@@ -15,7 +15,7 @@ import { FatalError, LeaseLost, RetryableError } from "../../../src/WorkerError.
 
 const encodeOutput = Schema.encodeUnknownResult(Schema.Struct({ words: Schema.Number }))
 const settings = { taskTimeout: Duration.seconds(30) }
-const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5 }
+const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5, deliveryId: "d" }
 
 describe("classify and afterHandler", () => {
   it("a FatalError with a valid code concludes with it; an invalid one is INTERNAL_ERROR and a warning", () => {
