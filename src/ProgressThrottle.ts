@@ -6,9 +6,9 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Result } from "effect"
+import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Random, Result } from "effect"
 import { encodeUtf8, utf8Exceeds } from "./internal/codec/utf8.ts"
-import { messageIdOf } from "./internal/delivery/plan.ts"
+import { deliveryIdOf, messageIdOf } from "./internal/delivery/plan.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"
@@ -34,13 +34,16 @@ interface ProgressThrottleShape {
   /**
    * Opens the progress channel of `taskId`; with `isLost`, nothing more is published once it
    * says the task's lease is lost (the broker has the task back: it is fenced). Its messages
-   * are numbered in the `attempt` (default 1) for their ids (`<task_id>:<attempt>:progress:<n>`).
+   * are numbered for their ids, `<task_id>:<attempt>:<delivery_id>:progress:<n>`: the `attempt`
+   * (default 1) and the `deliveryId` of the delivery whose task reports (since 0.3.0; default,
+   * one the channel draws itself, since a channel is one delivery's).
    */
   readonly open: (
     taskId: string,
     options?: {
       readonly isLost?: (() => boolean) | undefined
       readonly attempt?: number | undefined
+      readonly deliveryId?: string | undefined
     },
   ) => Effect.Effect<TaskProgress, never, Scope.Scope>
 }
@@ -96,7 +99,11 @@ export const make = (
         let closed = false
         let sending = false
         let sender: Fiber.Fiber<void> | undefined
-        const task = { taskId, attempt: options?.attempt }
+        const task = {
+          taskId,
+          attempt: options?.attempt,
+          deliveryId: options?.deliveryId ?? deliveryIdOf(yield* Random.next),
+        }
         let sent = 0
 
         const publishHeld = Effect.suspend(() => {

@@ -113,8 +113,8 @@ export interface PublishOptions {
   readonly headers?: Readonly<Record<string, string>> | undefined
   /**
    * The message's id (on RabbitMQ, its `message_id`): the engine's is the same for every copy of
-   * one message (`<task_id>:<attempt>:<type>`, a progress message's with `:<n>`), so that a
-   * consumer can drop the copies that at-least-once delivery still allows.
+   * one message and no other (`<task_id>:<attempt>:<delivery_id>:<type>`, a progress message's
+   * with `:<n>`), so that a consumer can drop the copies that at-least-once delivery still allows.
    */
   readonly messageId?: string | undefined
 }

@@ -234,13 +234,18 @@ export const make = <A, I, O, R>(
 ): Effect.Effect<WorkerHarness<I, O>, SettingsError | ServicesError, Scope.Scope | R> =>
   Effect.gen(function* () {
     const settings = yield* readSettings(worker, options)
-    // The worker's log settings, for the engine's lines and the handler's alike: the handler's
-    // services (and `ctx.logger`) are taken from the context the program is built in.
-    const logged = <X, E, R2>(effect: Effect.Effect<X, E, R2>): Effect.Effect<X, E, R2> =>
-      effect.pipe(
+    // The worker's log settings and the harness's clock, for the engine's lines and the
+    // handler's alike: the handler's services (and `ctx.logger`), like the engine's own timers
+    // (a time limit, a retry's backoff), are taken from the context the program is built in.
+    const asWorker = <X, E, R2>(effect: Effect.Effect<X, E, R2>): Effect.Effect<X, E, R2> => {
+      const logged = effect.pipe(
         Effect.provideService(References.MinimumLogLevel, settings.logLevel),
         Effect.provideService(WorkerLogger.CurrentErrorText, settings.logErrorText),
       )
+      return options.clock === "ambient"
+        ? logged
+        : Effect.provideService(logged, Clock.Clock, Clock.Clock.defaultValue())
+    }
     // The SDK's series at zero before any task, in the registry the test runs with, as a
     // started worker's `/metrics` shows them.
     yield* WorkerMetrics.register
@@ -252,7 +257,7 @@ export const make = <A, I, O, R>(
       capacity: 0,
     })
     // The worker program every runner uses; the harness hands it each delivery itself.
-    const program = yield* logged(Layer.build(
+    const program = yield* asWorker(Layer.build(
       WorkerProgram.layer(worker).pipe(
         // The definition's services, as every runner builds them (`Worker.make({ layer })`).
         Layer.provideMerge(WorkerProgram.layerServices(worker)),
@@ -261,13 +266,6 @@ export const make = <A, I, O, R>(
       ),
     ))
     const engine = Context.get(program, DeliveryHandle)
-    // A submission runs on the harness's clock, with the worker's log settings.
-    const asWorker = <X>(effect: Effect.Effect<X>): Effect.Effect<X> =>
-      logged(
-        options.clock === "ambient"
-          ? effect
-          : Effect.provideService(effect, Clock.Clock, Clock.Clock.defaultValue()),
-      )
 
     const deliver = (bytes: Uint8Array, taskId: string | undefined, deliveryCount: number) =>
       asWorker(Effect.gen(function* () {

@@ -215,11 +215,24 @@ const makeEngine = <A, I, O>(
         })
         return Option.getOrThrow(delivery)
       })
+    /** Takes a task on a consumer's channel of its own, whose closing (`lose`) loses its lease. */
+    const takeLosable = (taskId: string, body: unknown) =>
+      Effect.gen(function* () {
+        const channel = yield* Scope.make()
+        const consumer = yield* broker.transport({
+          inQueue: settings.inQueue,
+          outQueue: settings.outQueue,
+          capacity: 1,
+        }).pipe(Scope.provide(channel))
+        yield* broker.publish(settings.inQueue, envelope(taskId, body))
+        const delivery = Option.getOrThrow(yield* consumer.take)
+        return { delivery, lose: Scope.close(channel, Exit.void) }
+      }).pipe(Effect.orDie)
     const outbound = Effect.map(
       broker.published(settings.outQueue),
       (messages) => messages.map((m) => decode(m.body)),
     )
-    return { settings, broker, engine, take, outbound }
+    return { settings, broker, engine, take, takeLosable, outbound }
   })
 
 /** A delivery whose settlements are recorded in `log`. */
@@ -724,6 +737,52 @@ describe("DeliveryEngine", () => {
           expect(line.annotations.reason).toBe("shutdown")
         })
       ))
+
+    it.effect("a task run again after a shutdown publishes ids of its own; the tries of one publish share one", () =>
+      Effect.gen(function* () {
+        let runs = 0
+        const worker = define((_input, ctx) =>
+          Effect.andThen(
+            ctx.progress(0.5),
+            ++runs === 1 ? Effect.never : Effect.succeed({ words: 1 }),
+          )
+        )
+        // Every try of every publish, with its id; the first try of `success` is refused.
+        const tries: Array<{ readonly type: MessageType; readonly id: string | undefined }> = []
+        const { broker, engine, settings, take } = yield* makeEngine(worker, {
+          wrap: (t) => ({
+            ...t,
+            publish: (body, type, options) => {
+              tries.push({ type, id: options?.messageId })
+              return type === "success" && !tries.slice(0, -1).some((s) => s.type === "success")
+                ? Effect.fail(new PublishError({ reason: "nacked", messageType: type }))
+                : t.publish(body, type, options)
+            },
+          }),
+        })
+        const first = yield* Effect.forkChild(engine.handle(yield* take("t-again", { text: "a" })))
+        yield* waitUntil(() => tries.length === 2, "the first run reports its progress")
+        // A shutdown: the task goes back unprocessed, nacked, which RabbitMQ 4 does not count.
+        yield* Fiber.interrupt(first)
+        const again = Option.getOrThrow(yield* broker.get(settings.inQueue))
+        const second = yield* Effect.forkChild(engine.handle(again))
+        yield* TestClock.adjust("1 second")
+        expect(yield* Fiber.join(second)).toMatchObject({ outcome: "success", attempt: 1 })
+        const ids = tries.map((t) => t.id!)
+        const [a, b] = [ids[0]!.split(":")[2]!, ids[2]!.split(":")[2]!]
+        expect(a).toMatch(/^[0-9a-z]{8}$/)
+        expect(b).toMatch(/^[0-9a-z]{8}$/)
+        expect(a).not.toBe(b)
+        expect(ids).toEqual([
+          `t-again:1:${a}:started`,
+          `t-again:1:${a}:progress:1`,
+          `t-again:1:${b}:started`,
+          `t-again:1:${b}:progress:1`,
+          // The refused try and the one that was taken: one message, one id.
+          `t-again:1:${b}:success`,
+          `t-again:1:${b}:success`,
+        ])
+      }))
 
     it.effect("a task released by three shutdowns runs as attempt 1; its decision says its deliveries", () =>
       withLogs((logs) =>
@@ -1287,19 +1346,14 @@ describe("DeliveryEngine", () => {
       Effect.gen(function* () {
         const entered: { ctx?: TaskContext } = {}
         const finalized = { value: false }
-        const { broker, engine, outbound, settings } = yield* makeEngine(slow(entered, finalized))
-        const channel = yield* Scope.make()
-        const consumer = yield* broker.transport({
-          inQueue: settings.inQueue,
-          outQueue: settings.outQueue,
-          capacity: 1,
-        }).pipe(Scope.provide(channel))
-        yield* broker.publish(settings.inQueue, envelope("t-closed", { text: "a" }))
-        const taken = Option.getOrThrow(yield* consumer.take)
+        const { broker, engine, outbound, settings, takeLosable } = yield* makeEngine(
+          slow(entered, finalized),
+        )
+        const { delivery: taken, lose } = yield* takeLosable("t-closed", { text: "a" })
         const settlements: Array<string> = []
         const fiber = yield* Effect.forkChild(engine.handle(recorded(taken, settlements)))
         yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
-        yield* Scope.close(channel, Exit.void)
+        yield* lose
         const decision = yield* Fiber.join(fiber)
         expect(decision).toMatchObject({
           outcome: "cancelled",
@@ -1312,6 +1366,101 @@ describe("DeliveryEngine", () => {
         expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started"])
         expect(yield* broker.ready(settings.inQueue)).toBe(1)
       }))
+
+    /**
+     * Handles `taskId` and loses its lease `lostAfter` into it, while the delivery waits: heard
+     * within `heardWithin`, fenced (nothing settled), out of flight, its one decision line a lost
+     * lease's with no code.
+     */
+    const loseWhileWaiting = (
+      logs: Logs,
+      { engine, takeLosable }: {
+        readonly engine: {
+          readonly handle: (delivery: Delivery) => Effect.Effect<unknown>
+          readonly inFlight: Effect.Effect<number>
+        }
+        readonly takeLosable: (
+          taskId: string,
+          body: unknown,
+        ) => Effect.Effect<{ readonly delivery: Delivery; readonly lose: Effect.Effect<void> }>
+      },
+      taskId: string,
+      lostAfter: Duration.Input,
+      heardWithin: Duration.Input,
+    ) =>
+      Effect.gen(function* () {
+        const { delivery, lose } = yield* takeLosable(taskId, { text: "a" })
+        const settlements: Array<string> = []
+        const fiber = yield* Effect.forkChild(engine.handle(recorded(delivery, settlements)))
+        yield* TestClock.adjust(lostAfter)
+        expect(logs.settled(), "still waiting when its lease is lost").toEqual([])
+        yield* lose
+        yield* TestClock.adjust(heardWithin)
+        expect(yield* isDone(fiber)).toBe(true)
+        expect(yield* engine.inFlight).toBe(0)
+        // Fenced: the broker has the message back, the worker settles nothing.
+        expect(settlements).toEqual([])
+        return expectSettled(logs, {
+          outcome: "cancelled",
+          action: "nack-requeue",
+          taskId,
+          attempt: 1,
+          reason: "lease_lost",
+        })
+      })
+
+    it.effect("a lease lost during a retry's backoff ends it: fenced at once, the retry's code dropped", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() =>
+            Effect.fail(new RetryableError({ code: "UPSTREAM_DOWN", delay: "60 seconds" }))
+          )
+          const made = yield* makeEngine(worker)
+          // Lost 1 s into its 60 s backoff: heard then, not when the backoff would have ended.
+          const line = yield* loseWhileWaiting(logs, made, "t-backoff", "1 second", "1 second")
+          expect(line.message).toBe(
+            "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_lost attempt=1/5",
+          )
+          expect(yield* made.broker.ready(made.settings.inQueue)).toBe(1)
+        })
+      ))
+
+    it.effect("a lease lost while a failure's publish is refused: fenced, the failure's code dropped", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const worker = define(() =>
+            Effect.fail(new FatalError({ code: "EMPTY_TEXT", message: "Nothing." }))
+          )
+          const made = yield* makeEngine(worker, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type, options) =>
+                type === "failure"
+                  ? Effect.fail(new PublishError({ reason: "nacked", messageType: type }))
+                  : t.publish(body, type, options),
+            }),
+          })
+          // The refused publish is tried again within 5 s (its longest wait).
+          yield* loseWhileWaiting(logs, made, "t-refused-lost", "1 second", "5 seconds")
+        })
+      ))
+
+    it.effect("a lease lost during an engine error's backoff: fenced, not rejected", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const made = yield* makeEngine(counting, {
+            wrap: (t) => ({
+              ...t,
+              publish: (body, type, options) =>
+                type === "started"
+                  ? Effect.die(new Error("channel bug"))
+                  : t.publish(body, type, options),
+            }),
+          })
+          // The requeue waits the attempt's backoff (at least half the 1 s base) first.
+          yield* loseWhileWaiting(logs, made, "t-broken-lost", "100 millis", "1 second")
+        })
+      ))
   })
 
   describe("a handler's scope", () => {

@@ -13,6 +13,7 @@ interface Sent {
   /** TestClock time of the publish, in milliseconds. */
   readonly at: number
   readonly type: string
+  readonly messageId: string | undefined
   readonly text: string
   readonly message: {
     readonly task_id: string
@@ -25,7 +26,7 @@ const makePublisher = () => {
   const sent: Array<Sent> = []
   let attempts = 0
   let failures = 0
-  const publish: Transport["Service"]["publish"] = (body, type) =>
+  const publish: Transport["Service"]["publish"] = (body, type, options) =>
     Effect.gen(function* () {
       attempts++
       if (failures > 0) {
@@ -34,7 +35,7 @@ const makePublisher = () => {
       }
       const at = yield* Clock.currentTimeMillis
       const text = decoder.decode(body)
-      sent.push({ at, type, text, message: JSON.parse(text) })
+      sent.push({ at, type, messageId: options?.messageId, text, message: JSON.parse(text) })
     })
   return {
     sent,
@@ -74,6 +75,7 @@ describe("ProgressThrottle", () => {
       expect(publisher.sent).toEqual([{
         at: 250,
         type: "progress",
+        messageId: expect.stringMatching(/^t-1:1:[0-9a-z]{8}:progress:1$/),
         text: `{"task_id":"t-1","data":{"message_type":"progress","progress":0.25}}`,
         message: { task_id: "t-1", data: { message_type: "progress", progress: 0.25 } },
       }])
@@ -282,6 +284,25 @@ describe("ProgressThrottle", () => {
       yield* TestClock.adjust("900 millis")
       expect(publisher.timeline()).toEqual([[1000, 0.2]])
       expect(yield* failed).toBe(1)
+    }))
+
+  it.effect("numbers a channel's messages in their ids, under its delivery's id, else its own", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const given = yield* throttle.open("t-1", { attempt: 2, deliveryId: "k3x9a0b2" })
+      yield* given.report(0.1)
+      yield* TestClock.adjust("1 second")
+      yield* given.report(0.2)
+      yield* settle
+      const own = [yield* throttle.open("t-2"), yield* throttle.open("t-2")]
+      for (const channel of own) yield* channel.report(0.1)
+      yield* settle
+      const ids = publisher.sent.map((s) => s.messageId!)
+      expect(ids.slice(0, 2)).toEqual(["t-1:2:k3x9a0b2:progress:1", "t-1:2:k3x9a0b2:progress:2"])
+      // Two channels of one task, one delivery each: ids of their own.
+      expect(ids[2]).toMatch(/^t-2:1:[0-9a-z]{8}:progress:1$/)
+      expect(ids[3]).toMatch(/^t-2:1:[0-9a-z]{8}:progress:1$/)
+      expect(ids[2]).not.toBe(ids[3])
     }))
 
   it.effect("each task has its own interval", () =>

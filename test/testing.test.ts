@@ -43,18 +43,21 @@ describe("WorkerHarness", () => {
     expect(() => run.assertFailed()).toThrow(/Expected the task to fail/)
   })
 
-  it.effect("gives each message the id its copies share: task, attempt, type, a progress's number", () =>
+  it.effect("gives each message the id its copies share: task, attempt, delivery, type, a progress's number", () =>
     Effect.gen(function* () {
       const harness = yield* WorkerHarness.make(worker)
       yield* harness.submit({ text: "abc" }, { taskId: "t-1" })
       yield* harness.submit({ text: "retry" }, { taskId: "t-2", deliveryCount: 2 })
       const ids = (yield* harness.broker.published(harness.settings.outQueue))
-        .map((m) => m.messageId)
+        .map((m) => m.messageId!)
+      const [first, second] = [ids[0]!.split(":")[2]!, ids[3]!.split(":")[2]!]
+      expect(first).toMatch(/^[0-9a-z]{8}$/)
+      expect(second).not.toBe(first)
       expect(ids).toEqual([
-        "t-1:1:started",
-        "t-1:1:progress:1",
-        "t-1:1:success",
-        "t-2:3:started",
+        `t-1:1:${first}:started`,
+        `t-1:1:${first}:progress:1`,
+        `t-1:1:${first}:success`,
+        `t-2:3:${second}:started`,
       ])
     }))
 

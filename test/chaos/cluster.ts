@@ -831,7 +831,7 @@ const quiet = async (count: () => number, stillMs: number, maxMs: number) => {
 /**
  * Per task: its terminal messages by `message_id`. A copy read again by the platform after its
  * own reconnection (the same bytes, redelivered) is not the worker's; any other second message
- * with one id is an extra terminal copy. Different ids (attempts), or one id with two runs'
+ * with one id is an extra terminal copy. Different ids (deliveries), or one id with two runs'
  * nonces, are runs of the task.
  */
 const tallyTask = (list: ReadonlyArray<Terminal>) => {
@@ -848,8 +848,8 @@ const tallyTask = (list: ReadonlyArray<Terminal>) => {
   }
   const extra = [...byId.values()].reduce((s, l) => s + l.length - 1, 0)
   const runs = new Set(list.map((t) => `${t.messageId} ${t.run}`)).size
-  // `<task_id>:<attempt>:<type>`: the attempt is the id's second field from the end.
-  const later = list.some((t) => Number(t.messageId.split(":").at(-2)) > 1)
+  // `<task_id>:<attempt>:<delivery_id>:<type>`: the attempt is the id's third field from the end.
+  const later = list.some((t) => Number(t.messageId.split(":").at(-3)) > 1)
   return { byId, rereads, extra, runTwice: runs > 1, later }
 }
 

@@ -207,12 +207,16 @@ describe("AmqpTransport on RabbitMQ", () => {
               expect(m.deliveryMode).toBe(2)
               expect(m.type).toBe(JSON.parse(m.text).data.message_type)
             }
-            // The same id for every copy of a message: task, attempt, type.
+            // The same id for every copy of a message: task, attempt, its delivery's id, type.
+            const delivery = (task: string) =>
+              out.find((m) => m.messageId?.startsWith(`${task}:1:`))?.messageId?.split(":")[2]
+            expect(delivery("t-ok")).toMatch(/^[0-9a-z]{8}$/)
+            expect(delivery("t-empty")).toMatch(/^[0-9a-z]{8}$/)
             expect(out.map((m) => m.messageId)).toEqual([
-              "t-ok:1:started",
-              "t-ok:1:success",
-              "t-empty:1:started",
-              "t-empty:1:failure",
+              `t-ok:1:${delivery("t-ok")}:started`,
+              `t-ok:1:${delivery("t-ok")}:success`,
+              `t-empty:1:${delivery("t-empty")}:started`,
+              `t-empty:1:${delivery("t-empty")}:failure`,
             ])
             await worker.stop()
             expect(await broker.count(`${name}_queue_in`)).toBe(0)
@@ -270,7 +274,7 @@ describe("AmqpTransport on RabbitMQ", () => {
             if (vhost === QUORUM_VHOST) {
               expect(attempts).toEqual([1, 2, 3])
               expect(out.map((m) => m.type)).toEqual(["started", "started", "started", "failure"])
-              expect(out.at(-1)!.messageId).toBe("t-retry:3:failure")
+              expect(out.at(-1)!.messageId).toMatch(/^t-retry:3:[0-9a-z]{8}:failure$/)
               // Counted by the broker on 3.x and on 4: no quorum queue taken for a classic one.
               expect(worker.logs.filter((l) => l.includes("redelivered flag"))).toEqual([])
             } else {

@@ -4,7 +4,7 @@
  * delegated to (`yield*`) inside one `Effect.gen` per delivery, since a combinator per step, or
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
-import type { Clock, Context, Deferred, Effect, Fiber, Result, Schema } from "effect"
+import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
@@ -90,6 +90,8 @@ export interface EngineContext<A, O, R> {
   readonly renewal: LeaseRenewal["Service"]
   readonly timers: Timers
   readonly clock: Clock.Clock
+  /** What each delivery's own id is drawn from (`deliveryIdOf`). */
+  readonly random: Random.Random
   /** The engine's context when it was made: what a task's logger and progress run with. */
   readonly context: Context.Context<never>
   readonly limiter: Limiter

@@ -4,7 +4,7 @@
  * `run.ts`), decide what its verdict comes to (step 6: `conclude.ts`), settle (steps 6 and 7:
  * `settle.ts`), and log its one decision line.
  */
-import { Cause, Deferred, Effect, Exit, Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Scope } from "effect"
 import * as Decision from "../../Decision.ts"
 import type { Envelope } from "../../Protocol.ts"
 import type { Delivery } from "../../Transport.ts"
@@ -14,8 +14,8 @@ import { afterHandler, handlerEnd, type Note } from "./conclude.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
 import { enterDelivery } from "./fiberContext.ts"
 import { countWarning, open, type Opening } from "./open.ts"
-import { type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
-import { logBroken, publishStarted } from "./publish.ts"
+import { deliveryIdOf, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
+import { hold, logBroken, publishStarted } from "./publish.ts"
 import { runHandler } from "./run.ts"
 import { backoff, requeueDelivery, settle } from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
@@ -151,10 +151,13 @@ function* runTask<A, O, R>(
   let plan = next.plan
   if (next._tag === "Backoff") {
     const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
-    const slept = yield* Effect.exit(it.restore(Effect.sleep(delay)))
+    // The backoff keeps the lease and watches it: a lease lost meanwhile ends it at once (the
+    // broker has the message back), rather than hold the delivery in flight to its end.
+    const waited = yield* hold(ctx, it, Duration.toMillis(delay), false)
+    if (waited === "lost") return fenced(task, "lease_lost")
     // A shutdown cuts the backoff short: still the retry of an attempt that failed, rejected so
     // that every broker counts it.
-    if (slept._tag === "Failure") {
+    if (waited === "closing") {
       plan = requeue(task, "retry", { code: plan.decision.code, reason: "shutdown" })
     }
   } else if (next.note !== undefined) {
@@ -183,7 +186,13 @@ function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<
   let opening: Opening<A> | undefined
   let broken: Cause.Cause<never> | undefined
   try {
-    opening = open(delivery.body, delivery.redeliveries, ctx.settings, ctx.decodeInput)
+    opening = open(
+      delivery.body,
+      delivery.redeliveries,
+      ctx.settings,
+      ctx.decodeInput,
+      deliveryIdOf(ctx.random.nextDoubleUnsafe()),
+    )
     it.task = opening.task
   } catch (defect) {
     broken = Cause.die(defect)

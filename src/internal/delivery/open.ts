@@ -60,13 +60,14 @@ export const countWarning = (redeliveries: Redeliveries): string | undefined =>
 
 /**
  * Steps 1 to 3 of a delivery, and the input: decode (the poison rules), the attempt, the
- * delivery limit, the input schema.
+ * delivery limit, the input schema. The task it names carries `deliveryId`, the delivery's own.
  */
 export const open = <A>(
   body: Uint8Array,
   redeliveries: Redeliveries,
   settings: Pick<WorkerSettings, "maxMessageBytes" | "deliveryLimit">,
   decodeInput: (u: unknown) => Result.Result<A, Schema.SchemaError>,
+  deliveryId: string,
 ): Opening<A> => {
   const decoded = decodeEnvelope(body, { maxBytes: settings.maxMessageBytes })
   if (decoded._tag === "Poison") {
@@ -77,7 +78,7 @@ export const open = <A>(
     }
   }
   if (decoded._tag === "InvalidEnvelope") {
-    const task = { taskId: decoded.taskId }
+    const task = { taskId: decoded.taskId, deliveryId }
     return {
       _tag: "Settle",
       task,
@@ -93,6 +94,7 @@ export const open = <A>(
   const envelope = decoded.envelope
   const task: Task = {
     taskId: envelope.taskId,
+    deliveryId,
     ...attemptOf(redeliveries, settings.deliveryLimit),
   }
   if (task.attempt > settings.deliveryLimit) {

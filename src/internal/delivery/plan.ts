@@ -19,15 +19,29 @@ export interface TaskRef {
   readonly deliveryLimit?: number | undefined
   /** Its deliveries, this one included, where the broker counts them apart from its attempts. */
   readonly deliveries?: number | undefined
+  /** This delivery's own id, made by the worker ({@link deliveryIdOf}): in its messages' ids. */
+  readonly deliveryId: string
 }
 
 /**
- * The id of a message of the delivery of `task`, the same for each of its copies: its task, its
- * attempt (the first for a delivery that does not count them) and its type, a progress message's
- * number in its attempt beside.
+ * A delivery's id, from a random `r` in [0, 1): eight base-36 characters. The broker gives no id
+ * that tells two deliveries of one attempt apart (after a return RabbitMQ 4 does not count, a
+ * shutdown's, and after every return past the first on a classic queue, the attempt is the same;
+ * RabbitMQ 4's `x-acquired-count` is its quorum queues' only): the worker draws its own.
+ */
+export const deliveryIdOf = (r: number): string =>
+  Math.floor(r * 36 ** 8).toString(36).padStart(8, "0")
+
+/**
+ * The id of a message of the delivery of `task`, the same for each copy of it (the tries of one
+ * publish) and no other message: its task, its attempt (the first for a delivery that does not
+ * count them), its delivery's id (a task run again under the same attempt publishes ids of its
+ * own) and its type, a progress message's number in its delivery beside.
  */
 export const messageIdOf = (task: TaskRef, type: MessageType, sequence?: number): string =>
-  `${task.taskId}:${task.attempt ?? 1}:${type}${sequence === undefined ? "" : `:${sequence}`}`
+  `${task.taskId}:${task.attempt ?? 1}:${task.deliveryId}:${type}${
+    sequence === undefined ? "" : `:${sequence}`
+  }`
 
 /** A task whose attempt is known: one that may run. */
 export interface Task extends TaskRef {

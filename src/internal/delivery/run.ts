@@ -94,6 +94,7 @@ const progressOf = <A, O, R>(
       const opening = ctx.throttle.open(task.taskId, {
         isLost: lease.isLost,
         attempt: task.attempt,
+        deliveryId: task.deliveryId,
       })
       return Scope.provide(opening, taskScope).pipe(
         Effect.flatMap((opened) => {

@@ -12,7 +12,7 @@ import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
 import { outputTooLarge } from "./conclude.ts"
-import { backoffMillis, type Plan, returnedAs } from "./plan.ts"
+import { backoffMillis, fenced, type Plan, returnedAs } from "./plan.ts"
 import { hold, logBroken, publishHeld } from "./publish.ts"
 
 /** The backoff before the requeue of `attempt` (see `backoffMillis`), warning of an own delay ignored. */
@@ -90,7 +90,7 @@ export function* settle<A, O, R>(
     case "Requeue":
       return yield* requeueSettled(ctx, it, plan.decision)
     case "Conclude": {
-      if (delivery.lease.isLost()) return leaseLost(plan.decision)
+      if (delivery.lease.isLost()) return leaseLost(it)
       const published = yield* publishHeld(ctx, it, {
         body: encodeUtf8(plan.text),
         type: plan.type,
@@ -105,7 +105,7 @@ export function* settle<A, O, R>(
         }
         return yield* ackDelivery(it, plan.decision)
       }
-      if (published === "lost") return leaseLost(plan.decision)
+      if (published === "lost") return leaseLost(it)
       // A result the broker will not take fails its task at once: the failure is small.
       if (published === "too_large" && plan.type === "success" && it.task !== undefined) {
         return yield* settle(ctx, it, outputTooLarge(it.task, undefined))
@@ -126,13 +126,12 @@ export function* settle<A, O, R>(
   }
 }
 
-/** A concluded task whose lease was lost first: the broker has it back, nothing is settled. */
-const leaseLost = (decision: Decision.Decision): Decision.Decision => ({
-  ...decision,
-  outcome: "cancelled",
-  action: "nack-requeue",
-  reason: "lease_lost",
-})
+/**
+ * A delivery whose lease was lost before it was settled: fenced like any lost lease (the broker
+ * has it back, nothing is settled), with nothing of what it was to come to (a retry's or a
+ * failure's code) carried over.
+ */
+const leaseLost = (it: InHand): Decision.Decision => fenced(it.task, "lease_lost").decision
 
 function* requeueSettled<A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -149,7 +148,7 @@ function* requeueSettled<A, O, R>(
     const delay = yield* backoff(ctx.settings, it.task?.attempt ?? 1, undefined)
     yield* hold(ctx, it, Duration.toMillis(delay), false)
   }
-  if (delivery.lease.isLost()) return { ...decision, outcome: "cancelled", reason: "lease_lost" }
+  if (delivery.lease.isLost()) return leaseLost(it)
   const context = it.df.fiber.context
   if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries, context)
   if (outcome === "shutdown_requeued") WorkerMetrics.count(WorkerMetrics.shutdownRequeued, context)

@@ -15,7 +15,7 @@ import { FatalError, LeaseLost, RetryableError } from "../../../src/WorkerError.
 
 const encodeOutput = Schema.encodeUnknownResult(Schema.Struct({ words: Schema.Number }))
 const settings = { taskTimeout: Duration.seconds(30), maxOutputBytes: 16 * 1024 * 1024 }
-const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5 }
+const task: Task = { taskId: "t", attempt: 1, deliveryLimit: 5, deliveryId: "d" }
 
 describe("classify and afterHandler", () => {
   it("a result whose success message is past maxOutputBytes fails OUTPUT_TOO_LARGE at once; one at the limit succeeds", () => {

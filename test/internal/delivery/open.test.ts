@@ -13,10 +13,11 @@ const settings = { maxMessageBytes: 1024, deliveryLimit: 5 }
 const encoder = new TextEncoder()
 const bytes = (value: unknown) => encoder.encode(JSON.stringify(value))
 const first = Redeliveries.Counted({ count: 0 })
+const deliveryId = "d0000001"
 
 describe("open", () => {
   it("poison is acked with its reason and no task", () => {
-    const opening = open(encoder.encode("not json"), first, settings, decodeInput)
+    const opening = open(encoder.encode("not json"), first, settings, decodeInput, deliveryId)
     expect(opening).toEqual({
       _tag: "Settle",
       task: undefined,
@@ -35,13 +36,20 @@ describe("open", () => {
   })
 
   it("an invalid envelope that names its task concludes INVALID_MESSAGE, as poison", () => {
-    const opening = open(bytes({ task_id: "t-1", data: {} }), first, settings, decodeInput)
+    const opening = open(
+      bytes({ task_id: "t-1", data: {} }),
+      first,
+      settings,
+      decodeInput,
+      deliveryId,
+    )
     expect(opening._tag).toBe("Settle")
     if (opening._tag !== "Settle") return
-    expect(opening.task).toEqual({ taskId: "t-1" })
+    expect(opening.task).toEqual({ taskId: "t-1", deliveryId })
     expect(opening.plan).toMatchObject({
       _tag: "Conclude",
       type: "failure",
+      messageId: "t-1:1:d0000001:failure",
       decision: {
         outcome: "poison",
         action: "conclude",
@@ -53,7 +61,13 @@ describe("open", () => {
 
   it("a task past the delivery limit is abandoned without starting", () => {
     const envelope = bytes({ task_id: "t-2", data: { body: { text: "a" } } })
-    const opening = open(envelope, Redeliveries.Counted({ count: 5 }), settings, decodeInput)
+    const opening = open(
+      envelope,
+      Redeliveries.Counted({ count: 5 }),
+      settings,
+      decodeInput,
+      deliveryId,
+    )
     expect(opening).toMatchObject({
       _tag: "Settle",
       task: { taskId: "t-2", attempt: 6, deliveryLimit: 5 },
@@ -63,7 +77,7 @@ describe("open", () => {
 
   it("a body the input schema rejects concludes INVALID_INPUT, naming the path, never the value", () => {
     const envelope = bytes({ task_id: "t-3", data: { body: { text: 42 } } })
-    const opening = open(envelope, first, settings, decodeInput)
+    const opening = open(envelope, first, settings, decodeInput, deliveryId)
     expect(opening).toMatchObject({ plan: { decision: { code: "INVALID_INPUT" } } })
     if (opening._tag !== "Settle" || opening.plan._tag !== "Conclude") throw new Error("no")
     expect(opening.plan.text).toContain("text: expected string")
@@ -72,10 +86,10 @@ describe("open", () => {
 
   it("a valid task starts with its attempt and decoded input", () => {
     const envelope = bytes({ task_id: "t-4", data: { body: { text: "a b" } } })
-    expect(open(envelope, Redeliveries.Counted({ count: 2 }), settings, decodeInput))
+    expect(open(envelope, Redeliveries.Counted({ count: 2 }), settings, decodeInput, deliveryId))
       .toMatchObject({
         _tag: "Start",
-        task: { taskId: "t-4", attempt: 3, deliveryLimit: 5 },
+        task: { taskId: "t-4", attempt: 3, deliveryLimit: 5, deliveryId },
         input: { text: "a b" },
       })
   })

@@ -5,7 +5,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Duration } from "effect"
-import { backoffMillis, requeue, returnedAs } from "../../../src/internal/delivery/plan.ts"
+import {
+  backoffMillis,
+  deliveryIdOf,
+  messageIdOf,
+  requeue,
+  returnedAs,
+} from "../../../src/internal/delivery/plan.ts"
 
 const settings = {
   retryBackoffBase: Duration.seconds(1),
@@ -24,6 +30,23 @@ describe("backoffMillis", () => {
   })
 })
 
+describe("message ids", () => {
+  it("a delivery's id is eight base-36 characters, from the whole of [0, 1)", () => {
+    expect(deliveryIdOf(0)).toBe("00000000")
+    expect(deliveryIdOf(0.5)).toBe("i0000000")
+    expect(deliveryIdOf(1 - 2 ** -53)).toBe("zzzzzzzz")
+  })
+
+  it("task, attempt, the delivery's id, type, and a progress message's number", () => {
+    const task = { taskId: "t-1", attempt: 2, deliveryId: "k3x9a0b2" }
+    expect(messageIdOf(task, "started")).toBe("t-1:2:k3x9a0b2:started")
+    expect(messageIdOf(task, "progress", 3)).toBe("t-1:2:k3x9a0b2:progress:3")
+    // An envelope too broken to read its attempt against: the first.
+    expect(messageIdOf({ taskId: "t-1", deliveryId: "k3x9a0b2" }, "failure"))
+      .toBe("t-1:1:k3x9a0b2:failure")
+  })
+})
+
 describe("how a message goes back to the queue", () => {
   it("a failed attempt is rejected (counted on every broker), an unprocessed one nacked", () => {
     const table = [
@@ -36,7 +59,11 @@ describe("how a message goes back to the queue", () => {
     ] as const
     for (const [outcome, reason, action] of table) {
       expect(returnedAs(outcome, reason), `${outcome} ${reason}`).toBe(action)
-      const plan = requeue({ taskId: "t", attempt: 1, deliveryLimit: 3 }, outcome, { reason })
+      const plan = requeue(
+        { taskId: "t", attempt: 1, deliveryLimit: 3, deliveryId: "d" },
+        outcome,
+        { reason },
+      )
       expect(plan.decision.action).toBe(action)
     }
   })
