@@ -5,11 +5,15 @@
  */
 
 /**
- * A clock of lateness for a check run every `periodMillis`: given the time of each run, it says
- * how much later than due that run came (0 for the first, and for one on time or early).
+ * A clock of lateness for a check run every `periodMillis` from `startMillis` (else from its
+ * first run): given the time of each run, it says how much later than due that run came (0 for
+ * one on time or early).
  */
-export const lateness = (periodMillis: number): (nowMillis: number) => number => {
-  let last: number | undefined
+export const lateness = (
+  periodMillis: number,
+  startMillis?: number,
+): (nowMillis: number) => number => {
+  let last = startMillis
   return (now) => {
     const late = last === undefined ? 0 : now - last - periodMillis
     last = now
