@@ -41,7 +41,8 @@ export interface AmqpTransportOptions {
   /**
    * The AMQP heartbeat asked of the broker, unless the URL asks one: a connection silent for
    * two of them is given up (amqplib), whatever the system's TCP timeouts. Whole seconds; 0 asks
-   * none. Default 10 s.
+   * none. Default 60 s (RabbitMQ's own; 10 s before 0.3.0, when an event loop blocked for 20 s
+   * lost the connection).
    */
   readonly heartbeat?: Duration.Input | undefined
   readonly inQueue: string
@@ -92,7 +93,7 @@ export const make = (
     const consumers = yield* Consumers.make({ ...options, url, inbox })
     const confirms = yield* Confirms.make({ outQueue: options.outQueue, confirmTimeout })
     const heartbeatSeconds = Math.ceil(
-      Duration.toSeconds(Duration.fromInputUnsafe(options.heartbeat ?? Duration.seconds(10))),
+      Duration.toSeconds(Duration.fromInputUnsafe(options.heartbeat ?? Duration.seconds(60))),
     )
     yield* Session.run({
       ...options,

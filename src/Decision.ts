@@ -40,7 +40,17 @@ export interface Decision {
   readonly deliveries?: number | undefined
   /** The poison reason, or why a settlement failed. */
   readonly reason?: string | undefined
+  /**
+   * A lease lost after the event loop was blocked during the delivery: the block's seconds
+   * (`blocked_s`), the likely cause. Since 0.3.0.
+   */
+  readonly blockedSeconds?: number | undefined
 }
+
+/**
+ * A block's seconds as a decision line says them: to a tenth.
+ */
+const blockedOf = (seconds: number): number => Math.round(seconds * 10) / 10
 
 /**
  * The decision's log line, e.g. `Delivery settled: outcome=failure action=conclude
@@ -55,6 +65,7 @@ export const format = (d: Decision): string => {
   if (d.reason !== undefined) line += ` reason=${d.reason}`
   if (d.attempt !== undefined) line += ` attempt=${d.attempt}/${d.deliveryLimit}`
   if (d.deliveries !== undefined) line += ` deliveries=${d.deliveries}`
+  if (d.blockedSeconds !== undefined) line += ` blocked_s=${blockedOf(d.blockedSeconds)}`
   return line
 }
 
@@ -107,7 +118,7 @@ export const logUnsafe = (fiber: Fiber.Fiber<unknown, unknown>, d: Decision): vo
 
 /**
  * The log annotations with the decision's fields added (`task_id`, `attempt`, `delivery_limit`,
- * `deliveries`, `outcome`, `action`, `code`, `reason`): one copy for all of them, as the decision line of
+ * `deliveries`, `outcome`, `action`, `code`, `reason`, `blocked_s`): one copy for all of them, as the decision line of
  * every delivery carries them.
  *
  * @since 0.1.0
@@ -128,5 +139,6 @@ export const annotate = (d: Decision) =>
   if (d.deliveries !== undefined) annotations.deliveries = d.deliveries
   if (d.code !== undefined) annotations.code = d.code
   if (d.reason !== undefined) annotations.reason = d.reason
+  if (d.blockedSeconds !== undefined) annotations.blocked_s = blockedOf(d.blockedSeconds)
   return annotations
 }

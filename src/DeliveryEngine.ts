@@ -24,7 +24,9 @@ import {
   Scope,
 } from "effect"
 import * as Concurrency from "./Concurrency.ts"
+import { EventLoop } from "./EventLoop.ts"
 import { EngineClosing, type EngineContext } from "./internal/delivery/context.ts"
+import { tasksInHand } from "./internal/delivery/deliver.ts"
 import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.ts"
 import * as Fibers from "./internal/delivery/fibers.ts"
 import { makeTracing } from "./internal/delivery/tracing.ts"
@@ -126,7 +128,8 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       timeoutMillis: Duration.toMillis(settings.taskTimeout),
       holdMillis: Duration.toMillis(settings.consumerTimeout) - Duration.toMillis(LEASE_MARGIN) -
         Duration.toMillis(settings.retryBackoffMax),
-      state: { inFlight: 0, warnedClassic: false },
+      loop: yield* EventLoop,
+      state: { inFlight: 0, inHand: new Set(), warnedClassic: false },
     }
     return ctx
   })
@@ -148,6 +151,7 @@ export const make = <A, I, O, R>(
   Effect.gen(function* () {
     const ctx = yield* makeContext(worker)
     const fibers = yield* Fibers.make(ctx)
+    yield* ctx.loop.watchTasks(() => tasksInHand(ctx.state.inHand))
     ctx.limiter.onChange((target) => Effect.andThen(ctx.transport.setCapacity(target), fibers.grow))
     const engine = DeliveryEngine.of({
       consume: fibers.consume,

@@ -1,8 +1,8 @@
 /**
  * The runtime's and the process' metrics, sampled into the `WorkerMetrics` declared for them:
- * `worker_sdk_info`, `event_loop_lag_seconds{component="worker"}`, CPU, resident memory, V8
- * heap, the resources keeping the event loop alive, and garbage collection pauses where the
- * runtime reports them. Runs on Node and Deno alike through `node:process` and
+ * `worker_sdk_info`, CPU, resident memory, V8 heap, the resources keeping the event loop alive,
+ * and garbage collection pauses where the runtime reports them (`event_loop_lag_seconds` is
+ * `EventLoop`'s since 0.3.0). Runs on Node and Deno alike through `node:process` and
  * `node:perf_hooks`; Deno does not deliver `gc` performance entries, so there is no GC
  * histogram there.
  *
@@ -11,8 +11,10 @@
 import process from "node:process"
 import { constants, PerformanceObserver } from "node:perf_hooks"
 import type { Context, Scope } from "effect"
-import { Clock, Duration, Effect, Layer, Metric, Ref, Schedule } from "effect"
+import { Duration, Effect, Layer, Metric, Schedule } from "effect"
+import * as EventLoop from "./EventLoop.ts"
 import { VERSION } from "./internal/version.ts"
+import * as Prometheus from "./Prometheus.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 const deno = (globalThis as { readonly Deno?: { readonly version?: { readonly deno?: string } } })
@@ -93,9 +95,8 @@ const sampleResources = (context: Context.Context<never>): void => {
 
 /**
  * Reads the process' figures now: `worker_sdk_info`, CPU, memory, heap and active resources,
- * into the registry of the context it runs in. The periodic sampler runs it; run it also right
- * before an exposition so that `/metrics` is current:
- * `Effect.andThen(RuntimeMetrics.sample, Prometheus.exposition)`.
+ * into the registry of the context it runs in. The periodic sampler runs it; {@link scrape} runs
+ * it right before an exposition, so that `/metrics` is current.
  *
  * @since 0.1.0
  * @category metrics
@@ -200,14 +201,13 @@ const observeGc: Effect.Effect<void, never, Scope.Scope> = reportsGc
  * @category models
  */
 export interface Options {
-  /** How often to sample, and the period whose overrun is the event loop's lag. Default 5 s. */
+  /** How often to sample. Default 5 s. */
   readonly interval?: Duration.Input | undefined
 }
 
 /**
- * Samples at once, then every `interval` on a `Schedule`, for as long as the scope lives; each
- * sample also sets `event_loop_lag_seconds{component="worker"}` to how late the schedule's
- * sleep woke up (0 under `TestClock`). Registers the SDK's metrics at zero
+ * Samples at once, then every `interval` on a `Schedule`, for as long as the scope lives.
+ * Registers the SDK's metrics at zero
  * (`WorkerMetrics.register`) and, where the runtime reports them, observes garbage collections
  * into `nodejs_gc_duration_seconds`, every `kind` at zero from the start.
  *
@@ -217,21 +217,24 @@ export interface Options {
 export const make = (options: Options = {}): Effect.Effect<void, never, Scope.Scope> =>
   Effect.gen(function* () {
     const interval = Duration.fromInputUnsafe(options.interval ?? "5 seconds")
-    const intervalNanos = Duration.toNanosUnsafe(interval)
     yield* WorkerMetrics.register
     yield* observeGc
-    const lastEnd = yield* Ref.make<bigint | undefined>(undefined)
-    const tick = Effect.gen(function* () {
-      const now = yield* Clock.currentTimeNanos
-      const last = yield* Ref.get(lastEnd)
-      const late = last === undefined ? 0n : now - last - intervalNanos
-      yield* Metric.update(WorkerMetrics.eventLoopLag, late > 0n ? Number(late) / 1e9 : 0)
-      yield* sample
-      yield* Ref.set(lastEnd, yield* Clock.currentTimeNanos)
-    })
-    yield* tick
-    yield* Effect.forkScoped(Effect.schedule(tick, Schedule.spaced(interval)))
+    yield* sample
+    yield* Effect.forkScoped(Effect.schedule(sample, Schedule.spaced(interval)))
   })
+
+/**
+ * What `/metrics` serves: the figures sampled ({@link sample}), the registry's exposition
+ * (`Prometheus.exposition`), then the worst event loop lag started again from 0
+ * (`EventLoop.scraped`), so that each scrape shows the worst since the one before.
+ *
+ * @since 0.3.0
+ * @category metrics
+ */
+export const scrape: Effect.Effect<string> = sample.pipe(
+  Effect.andThen(Prometheus.exposition),
+  Effect.tap(EventLoop.scraped),
+)
 
 /**
  * {@link make} as a layer, for the life of the worker.

@@ -320,6 +320,7 @@ const known = (): ReadonlyArray<Metric.Metric<never, unknown>> => [
   ...PROGRESS_DROP_REASONS.map(progressDropped),
   ...GAUGED_STATES.map(brokerConnection),
   brokerReconnects,
+  eventLoopLag,
 ]
 
 /**
@@ -351,14 +352,16 @@ export const sdkInfo: Metric.Gauge<number> = Metric.gauge("worker_sdk_info", {
 })
 
 /**
- * How late the runtime metrics' periodic sampler woke up, in seconds: the event loop's lag,
- * sampled every few seconds (`component="worker"`).
+ * The event loop's worst lag since the last scrape, in seconds: how late the timer of
+ * `EventLoop.make` woke at worst (a block of the loop shows whole), back to 0 after each scrape of
+ * `/metrics` (`component="worker"`). Since 0.3.0; before, the lag at the last sample.
  *
  * @since 0.1.0
  * @category metrics
  */
 export const eventLoopLag: Metric.Gauge<number> = Metric.gauge("event_loop_lag_seconds", {
-  description: "How late a timer of the worker fired at the last sample, in seconds",
+  description:
+    "The worst lag of the event loop since the last scrape (how late a timer of the worker fired), in seconds",
   attributes: { component: "worker" },
 })
 

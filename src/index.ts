@@ -14,6 +14,8 @@ export * as Decision from "./Decision.ts"
 export * as DeliveryEngine from "./DeliveryEngine.ts"
 /** @since 0.1.0 */
 export * as Drain from "./Drain.ts"
+/** @since 0.3.0 */
+export * as EventLoop from "./EventLoop.ts"
 /** @since 0.1.0 */
 export * as JobMode from "./JobMode.ts"
 /** @since 0.1.0 */

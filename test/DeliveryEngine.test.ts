@@ -18,6 +18,7 @@ import {
 import { TestClock } from "effect/testing"
 import * as Concurrency from "../src/Concurrency.ts"
 import * as DeliveryEngine from "../src/DeliveryEngine.ts"
+import * as EventLoop from "../src/EventLoop.ts"
 import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
@@ -28,7 +29,9 @@ import * as WorkerHarness from "../src/testing.ts"
 import { type Delivery, Redeliveries, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, LeaseLost, PublishError, RetryableError } from "../src/WorkerError.ts"
+import { blockedLoop } from "./support/blockedLoop.ts"
 import { memoryEnvironment } from "./support/environment.ts"
+import { captureLogs } from "./support/logs.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -1461,6 +1464,60 @@ describe("DeliveryEngine", () => {
           yield* loseWhileWaiting(logs, made, "t-broken-lost", "100 millis", "1 second")
         })
       ))
+
+    describe("a blocked event loop", () => {
+      /**
+       * A task running on a blocked loop, its lease lost with its channel: `blockFirst` blocks the
+       * loop before the task is taken, else while its handler runs.
+       */
+      const lostAfterBlock = (taskId: string, blockFirst: boolean) =>
+        Effect.gen(function* () {
+          const loop = yield* blockedLoop
+          const logs = captureLogs()
+          const watch = yield* loop.watched(EventLoop.make()).pipe(Effect.provide(logs.layer))
+          const blocked = Effect.andThen(loop.block(45_000), TestClock.adjust("500 millis"))
+          const entered: { ctx?: TaskContext } = {}
+          const { broker, engine, settings } = yield* loop.watched(
+            makeEngine(slow(entered, { value: false })),
+          ).pipe(Effect.provideService(EventLoop.EventLoop, watch))
+          const channel = yield* Scope.make()
+          const consumer = yield* broker.transport({
+            inQueue: settings.inQueue,
+            outQueue: settings.outQueue,
+            capacity: 1,
+          }).pipe(Scope.provide(channel))
+          if (blockFirst) yield* blocked
+          yield* broker.publish(settings.inQueue, envelope(taskId, { text: "a" }))
+          const taken = Option.getOrThrow(yield* consumer.take)
+          const fiber = yield* Effect.forkChild(engine.handle(taken))
+          yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
+          if (!blockFirst) yield* blocked
+          yield* Scope.close(channel, Exit.void)
+          const decision = yield* Fiber.join(fiber)
+          const warnings = logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)
+          return { decision, warnings }
+        })
+
+      it.effect("a lease lost after a block during the delivery says so: blocked_s, and the block's WARNING names the task", () =>
+        Effect.gen(function* () {
+          const { decision, warnings } = yield* lostAfterBlock("t-blocked", false)
+          expect(decision).toMatchObject({
+            outcome: "cancelled",
+            reason: "lease_channel_closed",
+            blockedSeconds: 45,
+          })
+          expect(warnings).toHaveLength(1)
+          expect(warnings[0]).toContain("blocked for 45.0 s, with the task t-blocked in flight")
+        }))
+
+      it.effect("a block that ended before the delivery was taken is not its cause", () =>
+        Effect.gen(function* () {
+          const { decision, warnings } = yield* lostAfterBlock("t-after", true)
+          expect(decision.reason).toBe("lease_channel_closed")
+          expect(decision.blockedSeconds).toBeUndefined()
+          expect(warnings[0]).toContain("with no task in flight")
+        }))
+    })
   })
 
   describe("a handler's scope", () => {

@@ -251,9 +251,9 @@ describe("Settings", () => {
         expect(error.message).not.toContain(PASSWORD)
       }))
 
-    it.effect("a heartbeat is whole seconds from 0 (none) to 600, 10 by default", () =>
+    it.effect("a heartbeat is whole seconds from 0 (none) to 600, 60 by default", () =>
       Effect.gen(function* () {
-        expect((yield* load({})).heartbeat).toBe(10)
+        expect((yield* load({})).heartbeat).toBe(60)
         expect((yield* load({ WORKER_HEARTBEAT_S: "0" })).heartbeat).toBe(0)
         const error = yield* loadError({ WORKER_HEARTBEAT_S: "2.5" })
         expect(error.problems.join("\n")).toContain("WORKER_HEARTBEAT_S: Expected an integer")

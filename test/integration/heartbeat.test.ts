@@ -152,8 +152,8 @@ describe("heartbeats on RabbitMQ", () => {
   beforeAll(async () => (broker = await platform(QUORUM_VHOST)))
   afterAll(() => broker.close())
 
-  it("asks the broker for 10 s by default, WORKER_HEARTBEAT_S otherwise", async () => {
-    for (const [overrides, expected] of [[{}, 10], [{ heartbeat: 3 }, 3]] as const) {
+  it("asks the broker for 60 s by default (its own), WORKER_HEARTBEAT_S otherwise", async () => {
+    for (const [overrides, expected] of [[{}, 60], [{ heartbeat: 3 }, 3]] as const) {
       const through = await proxy()
       const name = uniqueName("heartbeat")
       const running = run(name, through.url, overrides)

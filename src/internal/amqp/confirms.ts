@@ -9,6 +9,7 @@ import type * as Amqp from "amqplib"
 import type { Scope } from "effect"
 import { Clock, Duration, Effect, Schedule } from "effect"
 import { PublishError } from "../../WorkerError.ts"
+import { lateness } from "../lateness.ts"
 
 /** What of amqplib's confirm channel a publish uses. */
 export type PublishChannel = Pick<Amqp.ConfirmChannel, "publish">
@@ -60,7 +61,8 @@ export const maxSizeOf = (error: unknown): number | undefined => {
 }
 
 interface AwaitingConfirm {
-  readonly deadline: number
+  /** Moved on by the time a blocked event loop held the sweeper (see the sweep). */
+  deadline: number
   readonly on: Publishing
   readonly expire: () => void
 }
@@ -82,16 +84,22 @@ export const make = (options: {
     const awaitingConfirm = new Map<number, AwaitingConfirm>()
     const confirmMillis = Duration.toMillis(options.confirmTimeout)
     const clock = yield* Clock.Clock
+    const sweepMillis = Math.min(250, confirmMillis)
+    const lateBy = lateness(sweepMillis)
     yield* Effect.sync(() => {
       const now = clock.currentTimeMillisUnsafe()
+      // A sweep late by a blocked event loop runs before the confirms that came meanwhile are read
+      // from the socket: the block is not the broker's delay, so every deadline moves by it.
+      const late = lateBy(now)
       for (const [id, waiting] of awaitingConfirm) {
+        waiting.deadline += late
         if (waiting.deadline > now) continue
         awaitingConfirm.delete(id)
         waiting.on.overdue?.()
         waiting.expire()
       }
     }).pipe(
-      Effect.repeat(Schedule.spaced(Duration.millis(Math.min(250, confirmMillis)))),
+      Effect.repeat(Schedule.spaced(Duration.millis(sweepMillis))),
       Effect.forkScoped,
     )
     let sequence = 0

@@ -27,6 +27,7 @@ import { type ConsumerChannel, type Consumers, consuming } from "./consumers.ts"
 import type { Current } from "./current.ts"
 import { destroySocket, hearing } from "./connect.ts"
 import { connectError, declareError, invalidUrl, messageOf, redactUrl } from "./errors.ts"
+import { lateness } from "../lateness.ts"
 import { brokerUrls } from "./url.ts"
 
 /** What of amqplib's channels a session uses, beside publishing and consuming. */
@@ -228,7 +229,8 @@ const watchBlocking = (
  * A broker with nothing else to send sends a heartbeat every half of one: no byte for a whole
  * heartbeat means one is overdue, and the connection is `stalled` from then until a byte comes or
  * amqplib gives the connection up, two to three heartbeats in. Read from the socket's byte count,
- * a quarter of a heartbeat apart: nothing on the path of each frame.
+ * a quarter of a heartbeat apart: nothing on the path of each frame. Time the event loop was
+ * blocked is not counted as silence.
  */
 const watchSilence = (
   connection: Connection,
@@ -244,9 +246,14 @@ const watchSilence = (
   }
   if (heard.heartbeatSeconds === 0) return Effect.void
   const limit = heard.heartbeatSeconds * 1000
+  const lateBy = lateness(limit / 4)
   let bytes = heard.bytesRead()
   let heardAt: number | undefined
   const check = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    // A check late by a blocked event loop runs before the bytes that came meanwhile are read:
+    // the block is not the broker's silence, so it does not count.
+    const late = lateBy(now)
+    if (heardAt !== undefined) heardAt += late
     const read = heard.bytesRead()
     if (heardAt === undefined || read !== bytes) {
       bytes = read

@@ -6,6 +6,7 @@
  */
 import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
+import type { EventLoopWatch } from "../../EventLoop.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
 import type { WorkerSettings } from "../../Settings.ts"
@@ -114,6 +115,11 @@ export interface EngineContext<A, O, R> {
   readonly timeoutMillis: number
   /** How long a delivery may be held, from when it is taken: the lease less its margins. */
   readonly holdMillis: number
-  /** Deliveries in hand, and whether the classic-queue warning was given. */
-  readonly state: { inFlight: number; warnedClassic: boolean }
+  /** The event loop's watch: a delivery whose lease was lost after a block says so. */
+  readonly loop: EventLoopWatch
+  /**
+   * Deliveries in hand, counted and held (the event loop's WARNING names their tasks), and
+   * whether the classic-queue warning was given.
+   */
+  readonly state: { inFlight: number; readonly inHand: Set<InHand>; warnedClassic: boolean }
 }

@@ -32,6 +32,25 @@ const traceOf = (
   }
 }
 
+/** The ids of the tasks in hand, of those whose message is opened: the event loop's WARNING. */
+export function* tasksInHand(inHand: Iterable<InHand>): Generator<string> {
+  for (const it of inHand) if (it.task !== undefined) yield it.task.taskId
+}
+
+/**
+ * A decision whose lease was lost, with the seconds of a block of the event loop during the
+ * delivery, if one was seen: a block of two heartbeats makes the broker drop the connection.
+ */
+const withBlock = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  decision: Decision.Decision,
+): Decision.Decision => {
+  if (decision.reason?.startsWith("lease_") !== true) return decision
+  const seconds = ctx.loop.blockedSince(it.takenAt)
+  return seconds === undefined ? decision : { ...decision, blockedSeconds: seconds }
+}
+
 /** Interrupted while it waited (a shutdown), or broken: requeued either way. */
 const shutdownOrBroken = (task: TaskRef | undefined, cause: Cause.Cause<unknown>) =>
   Cause.hasInterruptsOnly(cause)
@@ -250,6 +269,7 @@ export function* deliver<A, O, R>(
     took: undefined,
     runaway: undefined,
   }
+  ctx.state.inHand.add(it)
   let decision: Decision.Decision
   try {
     let plan: Plan
@@ -264,6 +284,7 @@ export function* deliver<A, O, R>(
     yield* logBroken(Cause.die(defect))
     decision = yield* requeueDelivery(it, requeue(it.task, "engine_error").decision)
   }
+  decision = withBlock(ctx, it, decision)
   try {
     it.trace?.settled(decision)
   } catch {
@@ -280,6 +301,7 @@ export function* deliver<A, O, R>(
   }
   yield* releaseSlot(ctx, it)
   WorkerMetrics.tasksInFlight.updateUnsafe(--ctx.state.inFlight, df.fiber.context)
+  ctx.state.inHand.delete(it)
   if (runaway === undefined) {
     Decision.logUnsafe(df.fiber, decision)
     decided?.(decision)

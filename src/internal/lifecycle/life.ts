@@ -20,6 +20,7 @@ import {
   SubscriptionRef,
 } from "effect"
 import * as AmqpTransport from "../../AmqpTransport.ts"
+import * as EventLoop from "../../EventLoop.ts"
 import * as JobMode from "../../JobMode.ts"
 import * as Probes from "../../Probes.ts"
 import * as ProcessModule from "../../Process.ts"
@@ -166,10 +167,14 @@ export const logContext = (
 const loggingStep = (service: string) =>
   Layer.effectContext(Effect.flatMap(Settings.Settings, (s) => logContext(s, service)))
 
-/** The life itself, in the `Starting` state, with its probes and its runtime figures sampled. */
+/**
+ * The life itself, in the `Starting` state, with its probes, its runtime figures sampled and its
+ * event loop watched (the engine reads the watch).
+ */
 const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) =>
   Layer.effectContext(Effect.gen(function* () {
     yield* RuntimeMetrics.make()
+    const loop = yield* EventLoop.make()
     const settings = yield* Settings.Settings
     const context = yield* Effect.context<R>()
     const { watched, watch } = watchHandlers(worker, yield* Clock.Clock)
@@ -189,7 +194,10 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
       probes,
       broker: yield* Ref.make("the transport given"),
     }
-    return Context.make(CurrentLife, life).pipe(Context.add(Probes.WorkerProbes, probes))
+    return Context.make(CurrentLife, life).pipe(
+      Context.add(Probes.WorkerProbes, probes),
+      Context.add(EventLoop.EventLoop, loop),
+    )
   }))
 
 const startupStep = Layer.effectDiscard(Effect.gen(function* () {

@@ -5,7 +5,6 @@
  */
 import { type Context, Duration, Effect, Option, Ref, SubscriptionRef } from "effect"
 import type * as Probes from "../../Probes.ts"
-import * as Prometheus from "../../Prometheus.ts"
 import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import type { WorkerSettings } from "../../Settings.ts"
 import type { ConnectionStatus, Transport } from "../../Transport.ts"
@@ -101,7 +100,7 @@ export const probesOf = <R>(
     ),
     readiness: readiness(life, context),
     probeTimeout: settings.probeTimeout,
-    metrics: Effect.andThen(RuntimeMetrics.sample, Prometheus.exposition),
+    metrics: RuntimeMetrics.scrape,
     sdkVersion: VERSION,
     ...(life.versionFile === undefined ? {} : { versionFile: life.versionFile }),
   }

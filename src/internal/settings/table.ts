@@ -166,8 +166,10 @@ export const table: SettingsTable = {
   }),
   heartbeat: integer({
     env: "WORKER_HEARTBEAT_S",
-    default: 10,
-    shownDefault: "10 s",
+    // RabbitMQ's own default: the broker drops a client silent for two heartbeats, and a 45 s
+    // block of the event loop (CPU-bound handler code) must not cost the task a second run.
+    default: 60,
+    shownDefault: "60 s",
     min: 0,
     max: 600,
     meaning: "AMQP heartbeat (0: none); a dead connection is left within 3",

@@ -3,29 +3,34 @@ import { Duration, Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
 import * as Confirms from "../../../src/internal/amqp/confirms.ts"
 import { PublishError } from "../../../src/WorkerError.ts"
+import { blockedLoop } from "../../support/blockedLoop.ts"
 import { eventually, FakeChannel } from "./fakes.ts"
 
 const body = new TextEncoder().encode(`{"task_id":"t-1"}`)
 
-/** Publishing on a fake confirm channel, its returns tracked. */
-const publishing = Effect.gen(function* () {
-  const confirms = yield* Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) })
-  const channel = new FakeChannel("publisher")
-  const overdue: Array<number> = []
-  const on = {
-    publisher: channel,
-    returned: confirms.track(channel),
-    overdue: () => void overdue.push(overdue.length),
-  }
-  /** A publish forked and left waiting for its confirm. */
-  const publish = Effect.gen(function* () {
-    const before = channel.published.length
-    const fiber = yield* Effect.forkChild(confirms.publish(on, body, "success"))
-    yield* eventually(() => channel.published.length > before)
-    return { fiber, sent: channel.published[before]! }
+/** Publishing on a fake confirm channel, its returns tracked, with the confirms `made`. */
+const publishingWith = (made: typeof tenSeconds) =>
+  Effect.gen(function* () {
+    const confirms = yield* made
+    const channel = new FakeChannel("publisher")
+    const overdue: Array<number> = []
+    const on = {
+      publisher: channel,
+      returned: confirms.track(channel),
+      overdue: () => void overdue.push(overdue.length),
+    }
+    /** A publish forked and left waiting for its confirm. */
+    const publish = Effect.gen(function* () {
+      const before = channel.published.length
+      const fiber = yield* Effect.forkChild(confirms.publish(on, body, "success"))
+      yield* eventually(() => channel.published.length > before)
+      return { fiber, sent: channel.published[before]! }
+    })
+    return { channel, publish, confirms, on, overdue }
   })
-  return { channel, publish, confirms, on, overdue }
-})
+
+const tenSeconds = Confirms.make({ outQueue: "out", confirmTimeout: Duration.seconds(10) })
+const publishing = publishingWith(tenSeconds)
 
 describe("Confirms", () => {
   it.effect("a publish the broker confirms succeeds: persistent JSON to the output queue, mandatory, with its type", () =>
@@ -97,5 +102,35 @@ describe("Confirms", () => {
       // Its session was told first: the connection is given up, not published on again.
       expect(overdue).toEqual([0])
       sent.confirm(null)
+    }))
+
+  it.effect("time the event loop was blocked does not count against a confirm: its deadline moves by the block", () =>
+    Effect.gen(function* () {
+      const loop = yield* blockedLoop
+      const { publish, overdue } = yield* publishingWith(loop.watched(tenSeconds))
+      const { fiber, sent } = yield* publish
+      yield* TestClock.adjust("5 seconds")
+      // 45 s without a sweep: the confirm sent meanwhile is still unread in the socket when the
+      // first sweep after the block runs.
+      yield* loop.block(45_000)
+      yield* TestClock.adjust("250 millis")
+      expect(fiber.pollUnsafe()).toBeUndefined()
+      expect(overdue).toEqual([])
+      sent.confirm(null)
+      yield* Fiber.join(fiber)
+    }))
+
+  it.effect("after a block, a confirm that never comes still fails once the rest of its timeout has passed", () =>
+    Effect.gen(function* () {
+      const loop = yield* blockedLoop
+      const { publish, overdue } = yield* publishingWith(loop.watched(tenSeconds))
+      const { fiber } = yield* publish
+      yield* TestClock.adjust("5 seconds")
+      yield* loop.block(45_000)
+      yield* TestClock.adjust("4750 millis")
+      expect(fiber.pollUnsafe()).toBeUndefined()
+      yield* TestClock.adjust("250 millis")
+      expect((yield* Effect.flip(Fiber.join(fiber))).reason).toBe("timeout")
+      expect(overdue).toEqual([0])
     }))
 })

@@ -8,6 +8,7 @@ import * as Session from "../../../src/internal/amqp/session.ts"
 import { Inbox } from "../../../src/internal/transport/inbox.ts"
 import type { ConnectionStatus, Delivery } from "../../../src/Transport.ts"
 import type { TransportError } from "../../../src/WorkerError.ts"
+import { blockedLoop } from "../../support/blockedLoop.ts"
 import { captureLogs } from "../../support/logs.ts"
 import { eventually, FakeConnection } from "./fakes.ts"
 
@@ -285,6 +286,24 @@ describe("Session", () => {
         "WARN No byte from the broker at amqp://fake for 2 s: a heartbeat is overdue",
         "INFO The broker at amqp://fake is heard from again",
       ]))
+    }))
+
+  it.effect("a blocked event loop is not the broker's silence: still connected after the block, stalled a whole heartbeat of silence later", () =>
+    Effect.gen(function* () {
+      const loop = yield* blockedLoop
+      const connection = new FakeConnection()
+      connection.connection.heartbeat = 2
+      const { status } = yield* loop.watched(sessions([connection], "amqp://fake", 10))
+      yield* eventually(() => status() === "connected")
+      yield* TestClock.adjust("1 second")
+      // 45 s blocked: the heartbeats the broker sent meanwhile are still unread in the socket
+      // when the first check after the block runs.
+      yield* loop.block(45_000)
+      yield* TestClock.adjust("1 second")
+      expect(status()).toBe("connected")
+      // Checked a quarter of a heartbeat apart: 2.5 s of the loop's own time without a byte.
+      yield* TestClock.adjust("500 millis")
+      expect(status()).toBe("stalled")
     }))
 
   it.effect("no heartbeat agreed, no stall: a silent broker is left to the confirms", () =>

@@ -1,0 +1,109 @@
+/**
+ * A blocked event loop on the real RabbitMQ (issue 35): a worker with the default settings, run by
+ * the `async-task-worker` CLI as a real process, whose handler blocks the loop for 45 s with a
+ * synchronous busy loop. Its task must conclude `success` on its first run (one `started`, one
+ * decision line), and one WARNING must name the block and the task. With the heartbeat of 10 s of
+ * 0.2 the broker dropped the connection during the block, and the task ran again. Real time,
+ * bounded: the block is the process's own.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { baseEnv, checkBuild, ROOT, runtimeSpec } from "../support/runtimes.ts"
+
+const WORKER = join(ROOT, "test/fixtures/event-loop/worker.mjs")
+const BLOCK_MS = 45_000
+const STARTED = /Worker event-loop-fixture started in service mode/
+
+/** The worker process, with the settings' defaults but for where it consumes and listens. */
+const spawnWorker = (inQueue: string, outQueue: string) => {
+  const spec = runtimeSpec("node")
+  const child: ChildProcess = spawn(spec.command, [...spec.args, "run", WORKER], {
+    cwd: ROOT,
+    env: {
+      ...baseEnv(),
+      WORKER_SDK: spec.sdk,
+      BROKER_URL: urlFor(QUORUM_VHOST),
+      IN_QUEUE_NAME: inQueue,
+      OUT_QUEUE_NAME: outQueue,
+      HEALTH_CHECK_HOST: "127.0.0.1",
+      HEALTH_CHECK_PORT: "0",
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  })
+  let stdout = ""
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => void (stdout += chunk))
+  child.stderr!.resume()
+  const exited = new Promise<number | null>((resolve) => child.once("close", resolve))
+  /** The log records written so far, whole lines only. */
+  const records = (): Array<Record<string, unknown>> =>
+    stdout.split("\n").slice(0, -1).filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
+  return { child, exited, stdout: () => stdout, records }
+}
+
+const waitUntil = async (check: () => boolean, ms: number, what: string) => {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+describe("a blocked event loop on RabbitMQ", () => {
+  beforeAll(() => {
+    checkBuild()
+    ensureVhosts()
+  })
+  let broker: Awaited<ReturnType<typeof platform>>
+  beforeAll(async () => (broker = await platform(QUORUM_VHOST)))
+  afterAll(() => broker.close())
+
+  it(
+    "a handler blocking the loop for 45 s with the default settings: success on the first run, one WARNING naming the block and the task",
+    async () => {
+      const name = uniqueName("event-loop")
+      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+      await broker.declare(inQueue, { durable: true })
+      await broker.declare(outQueue, { durable: true })
+      const worker = spawnWorker(inQueue, outQueue)
+      try {
+        await waitUntil(() => STARTED.test(worker.stdout()), 30_000, "the worker's start")
+        const taskId = `${name}-task`
+        broker.publish(inQueue, broker.envelope(taskId, { block_ms: BLOCK_MS }))
+        await broker.confirmed()
+        const out = await broker.readUntil(
+          outQueue,
+          (all) => all.some((m) => m.type === "success" || m.type === "failure"),
+          110_000,
+        )
+        expect(out.map((m) => m.type)).toEqual(["started", "success"])
+        await waitUntil(
+          () => worker.records().some((r) => r.task_id === taskId && r.outcome !== undefined),
+          10_000,
+          "the decision line",
+        )
+        const decisions = worker.records().filter((r) =>
+          String(r.msg).startsWith("Delivery settled:")
+        )
+        expect(decisions.map((r) => [r.task_id, r.outcome])).toEqual([[taskId, "success"]])
+        const blocks = worker.records().filter((r) =>
+          String(r.msg).startsWith("The event loop was blocked")
+        )
+        expect(blocks).toHaveLength(1)
+        expect(blocks[0]!.level).toMatch(/^WARN/)
+        expect(String(blocks[0]!.msg)).toContain(`with the task ${taskId} in flight`)
+        expect(blocks[0]!.blocked_s).toBeGreaterThanOrEqual(44)
+        expect(blocks[0]!.blocked_s).toBeLessThan(60)
+        // The connection held through the block.
+        expect(worker.stdout()).not.toContain("was lost")
+      } finally {
+        worker.child.kill("SIGTERM")
+        await Promise.race([worker.exited, new Promise((r) => setTimeout(r, 30_000))])
+        worker.child.kill("SIGKILL")
+        await broker.remove(inQueue, outQueue)
+      }
+    },
+    150_000,
+  )
+})
