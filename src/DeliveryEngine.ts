@@ -11,6 +11,7 @@
  *
  * @since 0.1.0
  */
+import { LeaseExpiries } from "./internal/delivery/expiries.ts"
 import {
   Clock,
   Context,
@@ -128,6 +129,8 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       timeoutMillis: Duration.toMillis(settings.taskTimeout),
       holdMillis: Duration.toMillis(settings.consumerTimeout) - Duration.toMillis(LEASE_MARGIN) -
         Duration.toMillis(settings.retryBackoffMax),
+      leaseMillis: Duration.toMillis(settings.consumerTimeout),
+      expiries: new LeaseExpiries(),
       loop: yield* EventLoop,
       state: { inFlight: 0, inHand: new Set(), warnedClassic: false },
     }

@@ -100,7 +100,9 @@ const relate = (s: Partial<WorkerSettings>): {
         `the task timeout (${Duration.format(taskTimeout)}) + the longest backoff ` +
           `(${Duration.format(retryBackoffMax)}) + 60s must be less than the consumer ` +
           `timeout (${Duration.format(consumerTimeout)}), or the broker takes the ` +
-          "task back while it still runs",
+          "task back while it still runs: raise WORKER_CONSUMER_TIMEOUT_S, which the worker " +
+          "asks of RabbitMQ 3.12 and later (older brokers: raise consumer_timeout in their " +
+          "rabbitmq.conf too)",
       )
     }
   }

@@ -1232,6 +1232,77 @@ describe("DeliveryEngine", () => {
   })
 
   describe("leases", () => {
+    it.effect("a lease the broker ends at its consumer timeout is counted by the worker: lease_expired, the next delivery the next attempt, abandoned past the limit", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          let runs = 0
+          // A handler its time limit cannot stop: the lease runs out first.
+          const worker = define(() =>
+            Effect.sync(() => runs++).pipe(
+              Effect.andThen(Effect.uninterruptible(Effect.sleep("200 seconds"))),
+              Effect.as({ words: 1 }),
+            ), { timeout: "10 seconds" })
+          const made = yield* makeEngine(worker, {
+            overrides: {
+              consumerTimeout: "100 seconds",
+              retryBackoffMax: "1 second",
+              deliveryLimit: 2,
+            },
+          })
+          const lines = () => logs.settled("t-expired").map((l) => l.message)
+          for (let n = 1; n <= 2; n++) {
+            // Each delivery as RabbitMQ 4 returns it after its consumer timeout: uncounted.
+            const { delivery, lose } = yield* made.takeLosable("t-expired", { text: "a" })
+            const fiber = yield* Effect.forkChild(made.engine.handle(delivery))
+            yield* TestClock.adjust("100 seconds")
+            yield* lose
+            yield* TestClock.adjust("100 seconds")
+            yield* Fiber.join(fiber)
+            // The copy back in the queue is replaced by the next `takeLosable`'s, uncounted.
+            yield* made.broker.purge(made.settings.inQueue)
+            expect(lines()[n - 1]).toBe(
+              `Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=${n}/2`,
+            )
+          }
+          const { delivery } = yield* made.takeLosable("t-expired", { text: "a" })
+          yield* made.engine.handle(delivery)
+          expect(lines()[2]).toBe(
+            "Delivery settled: outcome=failure action=conclude code=TASK_ABANDONED_AFTER_REDELIVERIES attempt=3/2",
+          )
+          expect(runs).toBe(2)
+          expect(
+            logs.lines.filter((l) =>
+              l.level === "Warn" &&
+              l.message.startsWith("The broker took the task back after 200 s")
+            ),
+          ).toHaveLength(2)
+        })
+      ))
+
+    it.effect("a lease lost before the consumer timeout is no expiry: the broker's count stands", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const made = yield* makeEngine(
+            define(() => Effect.sleep("200 seconds").pipe(Effect.as({ words: 1 })), {
+              timeout: "10 seconds",
+            }),
+            { overrides: { consumerTimeout: "100 seconds", retryBackoffMax: "1 second" } },
+          )
+          for (let n = 1; n <= 2; n++) {
+            const { delivery, lose } = yield* made.takeLosable("t-lost", { text: "a" })
+            const fiber = yield* Effect.forkChild(made.engine.handle(delivery))
+            yield* TestClock.adjust("5 seconds")
+            yield* lose
+            yield* Fiber.join(fiber)
+            yield* made.broker.purge(made.settings.inQueue)
+          }
+          expect(logs.settled("t-lost").map((l) => l.message)).toEqual([
+            "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_channel_closed attempt=1/5",
+            "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_channel_closed attempt=1/5",
+          ])
+        })
+      ))
+
     const slow = (entered: { ctx?: TaskContext }, finalized: { value: boolean }) =>
       define((_input, ctx) =>
         Effect.sync(() => (entered.ctx = ctx)).pipe(

@@ -468,6 +468,11 @@ describe("Settings", () => {
         expect(error.problems).toHaveLength(1)
         expect(error.problems[0]).toContain("consumer timeout")
         expect(error.message).toContain("consumer timeout")
+        // What fixes it, where the worker can set the lease and where only the broker can.
+        expect(error.problems[0]).toContain(
+          "raise WORKER_CONSUMER_TIMEOUT_S, which the worker asks of RabbitMQ 3.12 and later",
+        )
+        expect(error.problems[0]).toContain("raise consumer_timeout in their rabbitmq.conf")
       }))
 
     it.effect("passes one second under the boundary", () =>

@@ -4,6 +4,7 @@
  * delegated to (`yield*`) inside one `Effect.gen` per delivery, since a combinator per step, or
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
+import type { LeaseExpiries } from "./expiries.ts"
 import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
 import type { EventLoopWatch } from "../../EventLoop.ts"
@@ -115,6 +116,10 @@ export interface EngineContext<A, O, R> {
   readonly timeoutMillis: number
   /** How long a delivery may be held, from when it is taken: the lease less its margins. */
   readonly holdMillis: number
+  /** The broker's lease, `WORKER_CONSUMER_TIMEOUT_S`: a loss held this long is its expiry. */
+  readonly leaseMillis: number
+  /** The tasks whose lease the broker ended at its consumer timeout, counted here. */
+  readonly expiries: LeaseExpiries
   /** The event loop's watch: a delivery whose lease was lost after a block says so. */
   readonly loop: EventLoopWatch
   /**

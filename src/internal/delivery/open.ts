@@ -5,6 +5,7 @@
  * envelope, a task past its limit, an invalid input). Plain functions, tested without fibers
  * (`test/internal/delivery/open.test.ts`).
  */
+import type { LeaseExpiries } from "./expiries.ts"
 import { Result, type Schema } from "effect"
 import { decodeEnvelope, type Envelope } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
@@ -60,7 +61,8 @@ export const countWarning = (redeliveries: Redeliveries): string | undefined =>
 
 /**
  * Steps 1 to 3 of a delivery, and the input: decode (the poison rules), the attempt, the
- * delivery limit, the input schema. The task it names carries `deliveryId`, the delivery's own.
+ * delivery limit, the input schema. The task it names carries `deliveryId`, the delivery's own;
+ * its attempt counts the leases the broker ended without counting them (`expiries`).
  */
 export const open = <A>(
   body: Uint8Array,
@@ -68,6 +70,7 @@ export const open = <A>(
   settings: Pick<WorkerSettings, "maxMessageBytes" | "deliveryLimit">,
   decodeInput: (u: unknown) => Result.Result<A, Schema.SchemaError>,
   deliveryId: string,
+  expiries?: Pick<LeaseExpiries, "attemptOf">,
 ): Opening<A> => {
   const decoded = decodeEnvelope(body, { maxBytes: settings.maxMessageBytes })
   if (decoded._tag === "Poison") {
@@ -92,10 +95,15 @@ export const open = <A>(
     }
   }
   const envelope = decoded.envelope
+  const counted = attemptOf(redeliveries, settings.deliveryLimit)
   const task: Task = {
     taskId: envelope.taskId,
     deliveryId,
-    ...attemptOf(redeliveries, settings.deliveryLimit),
+    ...counted,
+    // A lease the broker ended uncounted is counted here (`expiries.ts`).
+    attempt: expiries === undefined
+      ? counted.attempt
+      : expiries.attemptOf(envelope.taskId, counted.attempt),
   }
   if (task.attempt > settings.deliveryLimit) {
     return {

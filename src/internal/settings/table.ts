@@ -97,7 +97,7 @@ export const table: SettingsTable = {
     env: "WORKER_CONSUMER_TIMEOUT_S",
     default: 1800,
     allowZero: false,
-    meaning: "the broker's lease: `timeout + backoff max + 60 s` must fit",
+    meaning: "lease asked of the broker; `timeout + backoff max + 60 s` fit",
   }),
   shutdownGrace: duration({
     env: "WORKER_SHUTDOWN_GRACE_S",
