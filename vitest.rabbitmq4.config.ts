@@ -10,6 +10,7 @@ export default defineConfig({
     include: [
       "test/integration/AmqpTransport.test.ts",
       "test/integration/heavy.test.ts",
+      "test/integration/threads.test.ts",
       "test/integration/eventLoop.test.ts",
       "test/conformance/kit.test.ts",
       "test/faults/chaos.test.ts",

@@ -11,6 +11,7 @@
  *
  * @since 0.1.0
  */
+import * as ThreadPool from "./internal/thread/pool.ts"
 import { LeaseExpiries } from "./internal/delivery/expiries.ts"
 import {
   Clock,
@@ -89,13 +90,23 @@ export const backoff: (
   delay: unknown,
 ) => Effect.Effect<Duration.Duration> = backoffOf
 
+/**
+ * The handler's services, but not this engine's Scope: a handler that requires a Scope gets its
+ * task's own (closed when the task ends), or its resources would live as long as the worker. A
+ * threaded handler's pool of threads is there too, for as long as the engine.
+ */
+const handlerContextOf = <A, I, O, R>(worker: Worker<A, I, O, R>, services: Context.Context<R>) =>
+  Effect.gen(function* () {
+    const own = Context.omit(Scope.Scope)(services) as Context.Context<R>
+    if (worker.thread === undefined) return own
+    const pool = yield* Effect.orDie(ThreadPool.make(worker.thread))
+    return Context.add(own, ThreadPool.CurrentThreadPool, pool)
+  })
+
 /** The engine's context: the worker, its services from the context, its shared state. */
 const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
   Effect.gen(function* () {
     const settings = yield* Settings
-    // The handler's services, but not this engine's Scope: a handler that requires a Scope gets
-    // its task's own (closed when the task ends), or its resources would live as long as the
-    // worker.
     const services = yield* Effect.context<R>()
     const context = services as Context.Context<never>
     const clock = yield* Clock.Clock
@@ -113,7 +124,7 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       gate: new OutputGate(),
       closing: new EngineClosing(),
       halted: Deferred.makeUnsafe<never, MissingServiceError>(),
-      handlerContext: Context.omit(Scope.Scope)(services) as Context.Context<R>,
+      handlerContext: yield* handlerContextOf(worker, services),
       decodeInput: Schema.decodeUnknownResult(worker.input),
       encodeOutput: Schema.encodeUnknownResult(worker.output),
       tracing: makeTracing({

@@ -176,7 +176,7 @@ export interface MemoryBrokerOptions {
    * The largest message body it takes, as RabbitMQ's `max_message_size`: a larger publish fails
    * `too_large` (since 0.3.0). Default: no limit.
    */
-  readonly maxMessageBytes?: number | undefined
+  readonly maxPublishBytes?: number | undefined
 }
 
 /**
@@ -213,7 +213,7 @@ export const make = (
     }
 
     const refusing = new Set<string>()
-    const maxBytes = options.maxMessageBytes ?? Infinity
+    const maxBytes = options.maxPublishBytes ?? Infinity
 
     const publish = (
       queue: string,

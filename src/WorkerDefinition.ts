@@ -9,6 +9,7 @@ import { Cause, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import { kindOf } from "./internal/delivery/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
+import { specOf, type ThreadSpec } from "./internal/thread/spec.ts"
 import type { TaskContext } from "./TaskContext.ts"
 import {
   type ConcurrencyError,
@@ -132,6 +133,11 @@ export interface Worker<A, I, O, R> {
   readonly weight: number
   readonly onIdle: Hook<R> | undefined
   readonly handler: Handler<A, O, R>
+  /**
+   * What a threaded handler (`Thread.handler`) runs: the engine keeps a pool of threads for it.
+   * Since 0.3.0.
+   */
+  readonly thread: ThreadSpec | undefined
   /**
    * Sets the concurrency of every running instance of this worker (see
    * `RunningWorker.setConcurrency`); rejects with a `ConcurrencyError` on an invalid value.
@@ -343,6 +349,7 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
       handler: d.errors === undefined
         ? d.handler as Handler<A, O, R>
         : withErrors(d.handler, d.errors as Readonly<Record<string, MapError>>),
+      thread: specOf(d.handler),
       onStartup: onStartup ?? [],
       onShutdown: onShutdown ?? [],
       readiness,

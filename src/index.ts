@@ -40,6 +40,8 @@ export * as RuntimeMetrics from "./RuntimeMetrics.ts"
 export * as Settings from "./Settings.ts"
 /** @since 0.1.0 */
 export * as TaskContext from "./TaskContext.ts"
+/** @since 0.3.0 */
+export * as Thread from "./Thread.ts"
 /** @since 0.1.0 */
 export * as Transport from "./Transport.ts"
 /** @since 0.1.0 */

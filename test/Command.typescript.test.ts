@@ -12,8 +12,8 @@ import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Command from "../src/Command.ts"
-import { node24Binary, node26Binary, systemNode } from "./support/nodes.ts"
-import { baseEnv, checkBuild, ROOT } from "./support/runtimes.ts"
+import { node22Binary, node24Binary, node26Binary, systemNode } from "./support/nodes.ts"
+import { baseEnv, checkBuild, denoBinary, ROOT } from "./support/runtimes.ts"
 
 /** An error as Node's loader makes them. */
 const nodeError = (code: string, message: string) => Object.assign(new TypeError(message), { code })
@@ -169,6 +169,77 @@ export const worker = Worker.make({
     )
     expect(oneLine(cli(node24, "./dep.ts"))).toContain(
       "node_modules/dep/index.ts is inside: compile it to JavaScript",
+    )
+  }, 60_000)
+})
+
+describe("the CLI and a threaded handler's .ts module", () => {
+  const dir = mkdtempSync(join(tmpdir(), "cli-thread-"))
+  const effect = pathToFileURL(join(ROOT, "node_modules/effect/dist/index.js")).href
+
+  /** A worker in `dir`, importing the SDK at `sdk`, whose handler runs `./score.ts` on a thread. */
+  const writeWorker = (name: string, sdk: string) =>
+    writeFileSync(
+      join(dir, name),
+      `import { Schema } from ${JSON.stringify(effect)}
+import { Thread, Worker } from ${JSON.stringify(sdk)}
+
+export const worker = Worker.make({
+  name: "scored",
+  input: Schema.Struct({ text: Schema.String }),
+  output: Schema.Struct({ score: Schema.Number, thread: Schema.Number }),
+  timeout: "20 seconds",
+  handler: Thread.handler(new URL("./score.ts", import.meta.url), "score"),
+})
+`,
+    )
+
+  beforeAll(() => {
+    checkBuild()
+    writeFileSync(
+      join(dir, "score.ts"),
+      `import { threadId } from "node:worker_threads"
+
+interface Input { readonly text: string }
+export const score = (input: Input): { score: number; thread: number } =>
+  ({ score: input.text.length, thread: threadId })
+`,
+    )
+    writeWorker("node-worker.ts", pathToFileURL(join(ROOT, "dist/index.js")).href)
+    writeWorker("deno-worker.ts", pathToFileURL(join(ROOT, "src/index.ts")).href)
+  })
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  /** The success the CLI printed, from a thread other than the main one (0). */
+  const expectThreaded = (result: ReturnType<typeof spawnSync>) => {
+    const output = `exit ${result.status}\n${result.stdout}\n${result.stderr}`
+    expect(result.status, output).toBe(0)
+    const success = String(result.stdout).split("\n").find((l) => l.includes('"success"'))
+    const response = JSON.parse(success ?? "{}").data?.response
+    expect(response?.score, output).toBe(5)
+    expect(response?.thread, output).toBeGreaterThan(0)
+  }
+
+  const run = (command: string, args: ReadonlyArray<string>) =>
+    spawnSync(command, [...args, "--memory"], {
+      cwd: dir,
+      env: { ...baseEnv(), HEALTH_CHECK_HOST: "127.0.0.1", HEALTH_CHECK_PORT: "0" },
+      input: '{"text":"hello"}\n',
+      encoding: "utf8",
+      timeout: 30_000,
+    })
+
+  it.each([["22", node22Binary], ["24", node24Binary], ["26", node26Binary]])(
+    "Node %s strips the types of both modules and runs the handler on a thread",
+    (_, node) => {
+      expectThreaded(run(node(), [join(ROOT, "dist/cli.js"), "run", "./node-worker.ts"]))
+    },
+    40_000,
+  )
+
+  it("Deno runs it from the sources", () => {
+    expectThreaded(
+      run(denoBinary(), ["run", "-A", join(ROOT, "cli.ts"), "run", "./deno-worker.ts"]),
     )
   }, 60_000)
 })

@@ -1273,9 +1273,34 @@ describe("DeliveryEngine", () => {
           expect(
             logs.lines.filter((l) =>
               l.level === "Warn" &&
-              l.message.startsWith("The broker took the task back after 200 s")
+              l.message.startsWith("The broker took the task back after 100 s")
             ),
           ).toHaveLength(2)
+        })
+      ))
+
+    it.effect("a lease lost early under a handler that outlasts the lease is no expiry: held until the loss", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const made = yield* makeEngine(
+            define(
+              () =>
+                Effect.uninterruptible(Effect.sleep("200 seconds")).pipe(Effect.as({ words: 1 })),
+              {
+                timeout: "10 seconds",
+              },
+            ),
+            { overrides: { consumerTimeout: "100 seconds", retryBackoffMax: "1 second" } },
+          )
+          const { delivery, lose } = yield* made.takeLosable("t-early", { text: "a" })
+          const fiber = yield* Effect.forkChild(made.engine.handle(delivery))
+          yield* TestClock.adjust("5 seconds")
+          yield* lose
+          yield* TestClock.adjust("200 seconds")
+          yield* Fiber.join(fiber)
+          expect(logs.settled("t-early").map((l) => l.message)).toEqual([
+            "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_channel_closed attempt=1/5",
+          ])
         })
       ))
 
@@ -2030,7 +2055,7 @@ describe("DeliveryEngine", () => {
 
     it.effect(
       "past what the broker takes (its refusal, too_large): OUTPUT_TOO_LARGE at once, one run; the tasks beside it succeed",
-      () => runBeside({}, { maxMessageBytes: 16 * 1024 }),
+      () => runBeside({}, { maxPublishBytes: 16 * 1024 }),
     )
   })
 

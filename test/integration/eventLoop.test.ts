@@ -6,50 +6,16 @@
  * 0.2 the broker dropped the connection during the block, and the task ran again. Real time,
  * bounded: the block is the process's own.
  */
-import { type ChildProcess, spawn } from "node:child_process"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { spawnCliWorker, waitUntil } from "./cliWorker.ts"
 import { onNode22 } from "../support/nodes.ts"
-import { baseEnv, checkBuild, ROOT, runtimeSpec } from "../support/runtimes.ts"
+import { checkBuild, ROOT } from "../support/runtimes.ts"
 
 const WORKER = join(ROOT, "test/fixtures/event-loop/worker.mjs")
 const BLOCK_MS = 45_000
 const STARTED = /Worker event-loop-fixture started in service mode/
-
-/** The worker process, with the settings' defaults but for where it consumes and listens. */
-const spawnWorker = (inQueue: string, outQueue: string) => {
-  const spec = runtimeSpec("node")
-  const child: ChildProcess = spawn(spec.command, [...spec.args, "run", WORKER], {
-    cwd: ROOT,
-    env: {
-      ...baseEnv(),
-      WORKER_SDK: spec.sdk,
-      BROKER_URL: urlFor(QUORUM_VHOST),
-      IN_QUEUE_NAME: inQueue,
-      OUT_QUEUE_NAME: outQueue,
-      HEALTH_CHECK_HOST: "127.0.0.1",
-      HEALTH_CHECK_PORT: "0",
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  })
-  let stdout = ""
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => void (stdout += chunk))
-  child.stderr!.resume()
-  const exited = new Promise<number | null>((resolve) => child.once("close", resolve))
-  /** The log records written so far, whole lines only. */
-  const records = (): Array<Record<string, unknown>> =>
-    stdout.split("\n").slice(0, -1).filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
-  return { child, exited, stdout: () => stdout, records }
-}
-
-const waitUntil = async (check: () => boolean, ms: number, what: string) => {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
 
 // The worker is a Node process whatever runs the suite: once per broker, in the Node 22 pass and
 // in the RabbitMQ 4.3 one.
@@ -69,7 +35,7 @@ describe.runIf(onNode22() || isRabbitMQ4())("a blocked event loop on RabbitMQ", 
       const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
       await broker.declare(inQueue, { durable: true })
       await broker.declare(outQueue, { durable: true })
-      const worker = spawnWorker(inQueue, outQueue)
+      const worker = spawnCliWorker(WORKER, inQueue, outQueue)
       try {
         await waitUntil(() => STARTED.test(worker.stdout()), 30_000, "the worker's start")
         const taskId = `${name}-task`

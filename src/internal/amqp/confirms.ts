@@ -31,15 +31,15 @@ export interface Confirms {
     channel: { on(event: "return", listener: (message: Amqp.Message) => void): unknown },
   ) => Set<string>
   /**
-   * Publishes `body` to the output queue, with `headers` as the message's AMQP headers and
-   * `messageId` as its id (else a number of this process's), completing once the broker has
-   * confirmed it.
-   */
-  /**
    * Hears why the broker closed a confirm channel: a message past its `max_message_size` teaches
    * the largest it takes, and from then on a larger publish fails `too_large` without being sent.
    */
   readonly refusedWith: (error: unknown) => void
+  /**
+   * Publishes `body` to the output queue, with `headers` as the message's AMQP headers and
+   * `messageId` as its id (else a number of this process's), completing once the broker has
+   * confirmed it.
+   */
   readonly publish: (
     on: Publishing,
     body: Uint8Array,
@@ -52,7 +52,7 @@ export interface Confirms {
 // RabbitMQ's refusal of a message past `max_message_size` (a channel error, 406), as amqplib
 // reports it: "Channel closed by server: 406 (PRECONDITION-FAILED) with message
 // "PRECONDITION_FAILED - message size 20971520 is larger than configured max size 16777216"".
-const MAX_SIZE_REFUSAL = /message size \d+ is larger than configured max size (\d+)/
+const MAX_SIZE_REFUSAL = /message size \d+ is larger than (?:configured )?max size (\d+)/
 
 /** The largest message the broker takes, from its refusal of a larger one, if `error` is one. */
 export const maxSizeOf = (error: unknown): number | undefined => {
@@ -61,11 +61,25 @@ export const maxSizeOf = (error: unknown): number | undefined => {
 }
 
 interface AwaitingConfirm {
+  readonly publishedAt: number
   /** Moved on by the time a blocked event loop held the sweeper (see the sweep). */
   deadline: number
   readonly on: Publishing
   readonly expire: () => void
 }
+
+/**
+ * A sweep this late was held by a blocked event loop; a shorter lateness is the timer's own jitter,
+ * which moves no deadline.
+ */
+const BLOCK_MILLIS = 1_000
+
+/**
+ * How far blocks may move a confirm's deadline in all: a loop blocked longer than two heartbeats
+ * (60 s each) has lost the connection anyway, and one blocked most of the time must not keep a
+ * publish waiting for ever.
+ */
+const MAX_BLOCKED_MILLIS = 120_000
 
 /**
  * Publishing to `outQueue`, each publish failed with `timeout` past `confirmTimeout`; its sweeper
@@ -92,7 +106,13 @@ export const make = (options: {
       // from the socket: the block is not the broker's delay, so every deadline moves by it.
       const late = lateBy(now)
       for (const [id, waiting] of awaitingConfirm) {
-        waiting.deadline += late
+        if (late >= BLOCK_MILLIS) {
+          // A publish made after the block began (synchronously, as it ended) waited less.
+          waiting.deadline = Math.min(
+            waiting.deadline + Math.min(late, now - waiting.publishedAt),
+            waiting.publishedAt + confirmMillis + MAX_BLOCKED_MILLIS,
+          )
+        }
         if (waiting.deadline > now) continue
         awaitingConfirm.delete(id)
         waiting.on.overdue?.()
@@ -133,8 +153,10 @@ export const make = (options: {
         const messageId = stableId ?? `${id}`
         const failWith = (reason: PublishError["reason"]) =>
           resume(Effect.fail(new PublishError({ reason, messageType: type })))
+        const publishedAt = clock.currentTimeMillisUnsafe()
         awaitingConfirm.set(id, {
-          deadline: clock.currentTimeMillisUnsafe() + confirmMillis,
+          publishedAt,
+          deadline: publishedAt + confirmMillis,
           on,
           expire: () => failWith("timeout"),
         })

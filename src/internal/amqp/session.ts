@@ -40,6 +40,7 @@ interface SessionChannel {
 /** The confirm channel, as a session uses it. */
 export interface PublisherChannel extends SessionChannel, PublishChannel {
   waitForConfirms(): Promise<void>
+  close(): Promise<void>
 }
 
 /** The consumer channel, as a session uses it. */
@@ -283,9 +284,15 @@ interface PublishingOptions {
   readonly node: string
   /** Gives the connection up. */
   readonly lose: (error?: unknown) => void
-  /** Whether the connection is lost or given up already. */
-  readonly isOver: () => boolean
+  /**
+   * Whether the session serves: connected, its queues declared, not yet lost, given up or
+   * closing. A confirm channel closed at any other time is not replaced.
+   */
+  readonly serving: () => boolean
 }
+
+/** The longest a new confirm channel may take to open: past it, the connection is given up. */
+const REOPEN_TIMEOUT = Duration.seconds(10)
 
 /**
  * The connection's confirm channel, replaced when the broker closes it alone: a publish the
@@ -299,19 +306,28 @@ const publishingOn = (connection: Connection, first: PublisherChannel, on: Publi
   Effect.gen(function* () {
     const { options, node } = on
     const run = yield* FiberSet.runtime(yield* FiberSet.make<void, never>())<never>()
+    // A channel opened while the session stopped serving is closed, not taken.
+    const adopt = (next: PublisherChannel, why: string) =>
+      Effect.suspend(() => {
+        if (!on.serving()) {
+          return Effect.promise(() => next.close().catch(() => undefined))
+        }
+        current = watch(next)
+        options.current.set(current)
+        return Effect.logWarning(
+          `The broker at ${node} closed the publishing channel (${why}): ` +
+            "publishing goes on, on a new one",
+        )
+      })
     const reopen = (why: string) =>
       Effect.tryPromise(() => connection.createConfirmChannel()).pipe(
+        Effect.timeout(REOPEN_TIMEOUT),
         Effect.matchEffect({
           onFailure: (error) => Effect.sync(() => on.lose(error)),
-          onSuccess: (next) =>
-            Effect.suspend(() => {
-              if (on.isOver()) return Effect.void
-              current = watch(next)
-              options.current.set(current)
-              return Effect.logWarning(
-                `The broker at ${node} closed the publishing channel (${why}): publishing goes on, on a new one`,
-              )
-            }),
+          onSuccess: (next) => {
+            next.on("error", () => {})
+            return adopt(next, why)
+          },
         }),
       )
     const watch = (publisher: PublisherChannel): Session => {
@@ -321,7 +337,7 @@ const publishingOn = (connection: Connection, first: PublisherChannel, on: Publi
         options.confirms.refusedWith(error)
       })
       publisher.on("close", () => {
-        if (refusal === undefined || on.isOver()) return on.lose()
+        if (refusal === undefined || !on.serving()) return on.lose()
         options.current.clear()
         run(reopen(messageOf(refusal)))
       })
@@ -340,8 +356,11 @@ const session = (
   options: SessionOptions,
   url: string,
   losses: Losses,
-): Effect.Effect<void, TransportError> =>
-  Effect.gen(function* () {
+): Effect.Effect<void, TransportError> => {
+  // Serving from its queues' declaration until it ends, whatever ends it (a loss, a failure, an
+  // interruption): only then is a confirm channel the broker closed replaced.
+  const life = { serving: false }
+  return Effect.gen(function* () {
     const connection = yield* connectTo(options, url)
     const ended = yield* Deferred.make<string>()
     // amqplib emits the connection's error (a heartbeat timeout, the broker's close) before it
@@ -370,7 +389,7 @@ const session = (
       overdue,
       node,
       lose,
-      isOver: () => failed !== undefined || Deferred.isDoneUnsafe(ended),
+      serving: () => life.serving && failed === undefined && !Deferred.isDoneUnsafe(ended),
     })
     const declaringOut = declare(first, options.outQueue)
     if (channel === undefined) {
@@ -380,6 +399,7 @@ const session = (
       yield* consumeOn(channel, declaringOut, ended, options)
     }
     options.current.set(publishing.session())
+    life.serving = true
     yield* SubscriptionRef.update(
       options.status,
       (s) => (s === "closed" ? s : liveStatus(troubles)),
@@ -403,6 +423,7 @@ const session = (
     Effect.ensuring(
       Effect.andThen(
         Effect.sync(() => {
+          life.serving = false
           options.consumers.detach()
           options.current.clear()
         }),
@@ -416,6 +437,7 @@ const session = (
     ),
     Effect.scoped,
   )
+}
 
 /**
  * Sessions one after another for as long as it runs, reconnecting with capped, jittered

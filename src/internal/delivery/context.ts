@@ -58,6 +58,8 @@ export interface InHand {
   took: number | undefined
   /** An `async` handler's Promise still pending after the engine stopped it. */
   runaway: Promise<unknown> | undefined
+  /** When the lease was lost while the handler ran: how long it was held is told by this. */
+  lostAt: number | undefined
 }
 
 /** The engine closing: deliveries that wait without being interruptible are woken by it. */

@@ -51,23 +51,19 @@ const withBlock = <A, O, R>(
   return seconds === undefined ? decision : { ...decision, blockedSeconds: seconds }
 }
 
-/** The decision, `lease_expired` when the lost lease was held as long as the broker's lease. */
-const expired = <A, O, R>(
-  ctx: EngineContext<A, O, R>,
-  it: InHand,
-  decision: Decision.Decision,
-): Decision.Decision =>
-  ctx.expiries.settled(decision, ctx.clock.currentTimeMillisUnsafe() - it.takenAt, ctx.leaseMillis)
+/** How long the delivery was held: until its lease was lost, or until now. */
+const heldMillis = <A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): number =>
+  (it.lostAt ?? ctx.clock.currentTimeMillisUnsafe()) - it.takenAt
 
 /** What a lease the broker ended at its consumer timeout means, and how to stop it. */
-const warnExpired = <A, O, R>(ctx: EngineContext<A, O, R>, it: InHand) =>
+const warnExpired = <A, O, R>(ctx: EngineContext<A, O, R>, held: number) =>
   Effect.logWarning(
-    `The broker took the task back after ${
-      Math.round((ctx.clock.currentTimeMillisUnsafe() - it.takenAt) / 1000)
-    } s, at its consumer timeout: the worker counts the attempt. The broker's lease is shorter ` +
-      `than the task needs, or a handler kept the worker from settling it: the worker asks ` +
-      `WORKER_CONSUMER_TIMEOUT_S (${Math.round(ctx.leaseMillis / 1000)} s) of RabbitMQ 3.12 and ` +
-      "later; an older broker's consumer_timeout must be raised in its configuration (docs/deployment.md, Leases)",
+    `The broker took the task back after ${Math.round(held / 1000)} s, at its consumer ` +
+      "timeout: the worker counts the attempt. The broker's lease is shorter than the task " +
+      "needs, or a handler kept the worker from settling it: the worker asks " +
+      `WORKER_CONSUMER_TIMEOUT_S (${Math.round(ctx.leaseMillis / 1000)} s) of RabbitMQ 3.12 ` +
+      "and later; an older broker's consumer_timeout must be raised in its configuration " +
+      "(docs/deployment.md, Leases)",
   )
 
 /** Interrupted while it waited (a shutdown), or broken: requeued either way. */
@@ -288,6 +284,7 @@ export function* deliver<A, O, R>(
     end: undefined,
     took: undefined,
     runaway: undefined,
+    lostAt: undefined,
   }
   ctx.state.inHand.add(it)
   let decision: Decision.Decision
@@ -305,10 +302,11 @@ export function* deliver<A, O, R>(
     decision = yield* requeueDelivery(it, requeue(it.task, "engine_error").decision)
   }
   decision = withBlock(ctx, it, decision)
-  const expiry = expired(ctx, it, decision)
+  const held = heldMillis(ctx, it)
+  const expiry = ctx.expiries.settled(decision, held, ctx.leaseMillis)
   if (expiry !== decision) {
     decision = expiry
-    yield* warnExpired(ctx, it)
+    yield* warnExpired(ctx, held)
   }
   try {
     it.trace?.settled(decision)

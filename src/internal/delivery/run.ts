@@ -140,7 +140,9 @@ export function* runHandler<A, O, R>(
   // Stops the handler at its time limit (called with nothing, by the timers) or for the lease it
   // lost: one function for both, as every delivery arms both (memory `bench/engine.ts` counts).
   const stop = (lost?: LeaseLost) => {
-    if (!running || stoppedWith !== undefined) return
+    if (!running) return
+    if (lost !== undefined) it.lostAt ??= ctx.clock.currentTimeMillisUnsafe()
+    if (stoppedWith !== undefined) return
     stoppedWith = lost === undefined ? { _tag: "Timeout" } : { _tag: "Lost", lost }
     df.stopped = true
     abort(lost === undefined ? "The task ran past its time limit" : "The task's lease was lost")

@@ -34,7 +34,7 @@ export class FakeChannel extends EventEmitter {
   readonly failing = new Map<string, unknown>()
   /** Thrown by `publish`, as amqplib does on a closed channel. */
   publishThrows: unknown = undefined
-  private readonly held: Array<() => void> = []
+  private readonly held: Array<{ readonly answer: () => void; readonly fail: () => void }> = []
   private window = 0
   private tags = 0
 
@@ -44,7 +44,7 @@ export class FakeChannel extends EventEmitter {
 
   /** Answers every held call. */
   release(): void {
-    for (const answer of this.held.splice(0)) answer()
+    for (const call of this.held.splice(0)) call.answer()
   }
 
   /** The windows of the consumers the broker has, oldest first. */
@@ -75,7 +75,13 @@ export class FakeChannel extends EventEmitter {
     this.log.push(`${this.name}.${method}${detail === "" ? "" : ` ${detail}`}`)
     if (this.failing.has(method)) return Promise.reject(this.failing.get(method))
     if (!this.holding.has(method)) return Promise.resolve().then(answer)
-    return new Promise((resolve) => this.held.push(() => resolve(answer())))
+    return new Promise((resolve, reject) =>
+      this.held.push({
+        answer: () => resolve(answer()),
+        // As amqplib fails a channel's pending calls when it closes.
+        fail: () => reject(new Error("Channel ended, no reply will be forthcoming")),
+      })
+    )
   }
 
   prefetch(count: number): Promise<Amqp.Replies.Empty> {
@@ -135,6 +141,7 @@ export class FakeChannel extends EventEmitter {
    */
   closeByBroker(error: Error): void {
     this.closed = true
+    for (const call of this.held.splice(0)) call.fail()
     this.emit("error", error)
     for (const p of this.published.splice(0)) p.confirm(new Error("channel closed"))
     this.emit("close")

@@ -166,6 +166,41 @@ describe("Session", () => {
       expect(Exit.isSuccess(yield* Fiber.await(ok))).toBe(true)
     }))
 
+  it.effect("a confirm channel the broker closes and that cannot be opened again gives the connection up", () =>
+    Effect.gen(function* () {
+      const first = new FakeConnection()
+      const second = new FakeConnection()
+      const { status, current, inbox } = yield* sessions([first, second])
+      yield* eventually(() => status() === "connected")
+      first.consumer.deliver("ctag-1", { deliveryTag: 1 })
+      const delivery = Option.getOrThrow(yield* inbox.take)
+      first.createConfirmChannel = () => Promise.reject(new Error("NOT_ALLOWED"))
+      first.publisher.closeByBroker(
+        new Error("Channel closed by server: 406 (PRECONDITION-FAILED)"),
+      )
+      yield* eventually(() => current.now?.publisher === second.publisher)
+      expect(delivery.lease.isLost()).toBe(true)
+    }))
+
+  it.effect("a confirm channel the broker closes before the session serves (a refused declaration) is not replaced", () =>
+    Effect.gen(function* () {
+      const first = new FakeConnection()
+      const second = new FakeConnection()
+      first.publisher.holding.add("assertQueue")
+      const { status, current } = yield* sessions([first, second])
+      yield* eventually(() => first.log.includes("publisher.assertQueue out durable"))
+      first.publisher.closeByBroker(
+        new Error("Channel closed by server: 406 (PRECONDITION-FAILED)"),
+      )
+      // The declaration failed with its channel: a failed attempt, tried again after a backoff.
+      yield* eventually(() => first.log.includes("connection.close"))
+      yield* TestClock.adjust("3 seconds")
+      yield* eventually(() => current.now?.publisher === second.publisher)
+      expect(status()).toBe("connected")
+      // One confirm channel opened on the first connection: its own, never a replacement.
+      expect(first.log.filter((l) => l === "connection.createConfirmChannel")).toHaveLength(1)
+    }))
+
   it.effect("a confirm channel closed with no error of its own gives the connection up", () =>
     Effect.gen(function* () {
       const first = new FakeConnection()

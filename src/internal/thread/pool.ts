@@ -1,0 +1,259 @@
+/**
+ * The threads of a threaded handler (`Thread.handler`): a pool of `node:worker_threads` (Node and
+ * Deno alike), at most as many as the worker's concurrency, each running one task at a time and
+ * reused, recycled after `maxTasks` tasks, bounded by `maxMemoryMb` where the runtime bounds a
+ * thread's heap (Node's `resourceLimits`). A task interrupted (its time limit, a lost lease, the
+ * end of the drain) asks its thread to stop, then terminates it: a handler that never yields
+ * cannot hold its slot. A thread that dies fails its task alone, with its own code.
+ */
+import { Worker as NodeWorker } from "node:worker_threads"
+import { Context, Duration, Effect, Queue } from "effect"
+import type { Scope } from "effect"
+import type { TaskContext } from "../../TaskContext.ts"
+import { FatalError, RetryableError, WorkerDefinitionError } from "../../WorkerError.ts"
+import { BOOTSTRAP } from "./bootstrap.ts"
+import type { ThreadSpec } from "./spec.ts"
+
+/** How long an interrupted task's thread may take to stop by itself before it is terminated. */
+const STOP_GRACE = Duration.millis(500)
+
+/** What a thread says, and what becomes of it. */
+type ThreadEvent =
+  | { readonly type: "ready" }
+  | { readonly type: "load_failed"; readonly message: string }
+  | {
+    readonly type: "progress"
+    readonly fraction: number
+    readonly payload?: Readonly<Record<string, unknown>> | undefined
+  }
+  | {
+    readonly type: "log"
+    readonly level: "debug" | "info" | "warn" | "error"
+    readonly message: string
+    readonly fields?: Readonly<Record<string, unknown>> | undefined
+  }
+  | { readonly type: "done"; readonly output: unknown }
+  | { readonly type: "failed"; readonly error: ThreadError }
+  | { readonly type: "died"; readonly code: string; readonly message: string }
+
+/** An error as it left its thread (see the bootstrap's `describe`). */
+type ThreadError =
+  | {
+    readonly _tag: "FatalError" | "RetryableError"
+    readonly code?: string | undefined
+    readonly message?: string | undefined
+    readonly delay?: number | string | undefined
+    readonly congestion?: boolean | undefined
+  }
+  | {
+    readonly _tag: "Error"
+    readonly name: string
+    readonly message: string
+    readonly stack?: string | undefined
+  }
+
+/** One thread, and whoever listens to it now: the task it runs, or its start. */
+interface Thread {
+  readonly worker: NodeWorker
+  tasks: number
+  dead: boolean
+  listener: ((event: ThreadEvent) => void) | undefined
+}
+
+/** The error a thread's handler failed with, as the engine reads it on this side. */
+const errorOf = (error: ThreadError): unknown => {
+  if (error._tag === "Error") {
+    const failure = new Error(error.message)
+    failure.name = error.name
+    if (error.stack !== undefined) failure.stack = error.stack
+    return failure
+  }
+  return error._tag === "FatalError"
+    ? new FatalError({ code: String(error.code), message: String(error.message ?? "") })
+    : new RetryableError({
+      code: error.code,
+      message: error.message,
+      // Seconds, or a duration's text: what crosses a thread of `Duration.Input`.
+      delay: error.delay as Duration.Input | undefined,
+      congestion: error.congestion,
+    })
+}
+
+/** Why a thread died, as the failure of the task it ran. */
+const deathOf = (error: unknown): { readonly code: string; readonly message: string } =>
+  (error as { code?: unknown } | undefined)?.code === "ERR_WORKER_OUT_OF_MEMORY"
+    ? { code: "THREAD_OUT_OF_MEMORY", message: "The task's thread ran out of memory." }
+    : error === undefined
+    ? { code: "THREAD_EXITED", message: "The task's thread exited before the task ended." }
+    : { code: "THREAD_CRASHED", message: "The task's thread failed outside the task." }
+
+/** A new thread of `spec`, its events told to its listener. */
+const spawn = (spec: ThreadSpec): Thread => {
+  const worker = new NodeWorker(BOOTSTRAP, {
+    eval: true,
+    workerData: { module: spec.module, exportName: spec.exportName },
+    ...(spec.maxMemoryMb === undefined
+      ? {}
+      : { resourceLimits: { maxOldGenerationSizeMb: spec.maxMemoryMb } }),
+  })
+  const thread: Thread = { worker, tasks: 0, dead: false, listener: undefined }
+  const die = (error: unknown) => {
+    if (thread.dead) return
+    thread.dead = true
+    thread.listener?.({ type: "died", ...deathOf(error) })
+  }
+  worker.on("message", (event: ThreadEvent) => thread.listener?.(event))
+  worker.on("error", die)
+  worker.on("exit", () => die(undefined))
+  // An idle thread does not keep the process alive.
+  worker.unref()
+  return thread
+}
+
+/** Ends a thread; its `exit` comes later. */
+const terminate = (thread: Thread): Effect.Effect<void> =>
+  Effect.promise(() => {
+    thread.dead = true
+    thread.listener = undefined
+    return thread.worker.terminate().then(() => undefined, () => undefined)
+  })
+
+/** The events of `thread` from now on, in a queue. */
+const listen = (thread: Thread) =>
+  Effect.map(Queue.unbounded<ThreadEvent>(), (events) => {
+    thread.listener = (event) => Queue.offerUnsafe(events, event)
+    return events
+  })
+
+/** A thread's first words: its module loaded, or why not. */
+const started = (spec: ThreadSpec, thread: Thread) =>
+  Effect.flatMap(listen(thread), (events) =>
+    Effect.flatMap(Queue.take(events), (event) => {
+      if (event.type === "ready") return Effect.void
+      const why = event.type === "load_failed" || event.type === "died"
+        ? event.message
+        : "it did not start"
+      return Effect.fail(
+        new WorkerDefinitionError({
+          message:
+            `The threaded handler's module ${spec.module} cannot run "${spec.exportName}": ${why}`,
+        }),
+      )
+    }))
+
+/** A task's context as it crosses to its thread: its plain values. */
+const contextOf = (ctx: TaskContext) => ({
+  taskId: ctx.taskId,
+  attempt: ctx.attempt,
+  deliveryLimit: ctx.deliveryLimit,
+  deliveries: ctx.deliveries,
+  clientId: ctx.clientId,
+  inputRefs: [...ctx.inputRefs],
+})
+
+/** A pool of threads running a threaded handler. */
+export interface ThreadPool {
+  /** Runs one task on a thread: its output, or its handler's error as the engine knows it. */
+  readonly run: (input: unknown, ctx: TaskContext) => Effect.Effect<unknown, unknown>
+}
+
+/**
+ * The pool a worker's engine runs its threaded handler on, for as long as the scope: one thread is
+ * started at once, so that a module that cannot load (a wrong path, no such export) fails the
+ * worker's start rather than its tasks.
+ */
+export const make = (
+  spec: ThreadSpec,
+): Effect.Effect<ThreadPool, WorkerDefinitionError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const idle: Array<Thread> = []
+    const all = new Set<Thread>()
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(all, terminate, { concurrency: "unbounded", discard: true })
+    )
+    const fresh = Effect.suspend(() => {
+      const thread = spawn(spec)
+      all.add(thread)
+      return Effect.as(started(spec, thread), thread)
+    })
+    idle.push(yield* fresh)
+
+    const retire = (thread: Thread) => {
+      all.delete(thread)
+      return terminate(thread)
+    }
+    // Back to the idle ones, unless it is dead or has run its tasks.
+    const release = (thread: Thread) =>
+      thread.dead || (spec.maxTasks !== undefined && thread.tasks >= spec.maxTasks)
+        ? retire(thread)
+        : Effect.sync(() => {
+          thread.listener = undefined
+          idle.push(thread)
+        })
+
+    /** Asks the thread to stop, waits the grace, then ends it whatever it does. */
+    const stop = (thread: Thread, events: Queue.Queue<ThreadEvent>) =>
+      Effect.sync(() => thread.worker.postMessage({ type: "abort" })).pipe(
+        Effect.andThen(Effect.timeoutOption(untilEnd(events), STOP_GRACE)),
+        Effect.andThen(retire(thread)),
+      )
+
+    const run: ThreadPool["run"] = (input, ctx) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function* () {
+          const thread = idle.pop() ?? (yield* Effect.orDie(fresh))
+          const events = yield* listen(thread)
+          thread.tasks++
+          thread.worker.postMessage({ type: "run", input, context: contextOf(ctx) })
+          const ended = yield* Effect.exit(restore(follow(events, ctx)))
+          if (ended._tag === "Failure" && ended.cause.reasons.some((r) => r._tag === "Interrupt")) {
+            yield* stop(thread, events)
+          } else {
+            yield* release(thread)
+          }
+          return yield* ended
+        })
+      )
+
+    return { run }
+  })
+
+/** Takes the thread's events until its task ends: its output, or its failure. */
+const follow = (events: Queue.Queue<ThreadEvent>, ctx: TaskContext) =>
+  Effect.gen(function* () {
+    for (;;) {
+      const event = yield* Queue.take(events)
+      switch (event.type) {
+        case "progress":
+          yield* ctx.progress(event.fraction, event.payload)
+          break
+        case "log":
+          ctx.logger[event.level](event.message, event.fields)
+          break
+        case "done":
+          return event.output
+        case "failed":
+          return yield* Effect.fail(errorOf(event.error))
+        case "died":
+          return yield* Effect.fail(new FatalError({ code: event.code, message: event.message }))
+      }
+    }
+  })
+
+/** Waits until the thread's task ends, whatever it ends with. */
+const untilEnd = (events: Queue.Queue<ThreadEvent>): Effect.Effect<void> =>
+  Effect.flatMap(
+    Queue.take(events),
+    (event) =>
+      event.type === "done" || event.type === "failed" || event.type === "died"
+        ? Effect.void
+        : untilEnd(events),
+  )
+
+/**
+ * The pool of the worker's threaded handler, in the handler's context: the engine provides it
+ * (`DeliveryEngine`), and a threaded handler run anywhere else says so.
+ */
+export const CurrentThreadPool: Context.Reference<ThreadPool | undefined> = Context.Reference<
+  ThreadPool | undefined
+>("@async-task/worker/internal/ThreadPool", { defaultValue: () => undefined })

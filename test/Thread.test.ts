@@ -1,0 +1,171 @@
+/**
+ * Threaded handlers through the test harness: a real thread of the worker's pool for each task,
+ * on Node and Deno alike (the suite runs on both). Real time, bounded: the work is a thread's.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import type { Duration } from "effect"
+import { Effect, Logger, References, Schema } from "effect"
+import process from "node:process"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Thread from "../src/Thread.ts"
+import * as Worker from "../src/Worker.ts"
+import { WorkerDefinitionError } from "../src/WorkerError.ts"
+
+const MODULE = new URL("./fixtures/threads/handlers.mjs", import.meta.url)
+const Input = Schema.Struct({ text: Schema.String, ms: Schema.optional(Schema.Number) })
+const Output = Schema.Struct({ words: Schema.Number, thread: Schema.optional(Schema.Number) })
+const onDeno = process.versions.deno !== undefined
+
+const threaded = (
+  exportName: string,
+  options: { readonly timeout?: Duration.Input; readonly thread?: Thread.ThreadOptions } = {},
+) =>
+  Worker.make({
+    name: "threads",
+    input: Input,
+    output: Output,
+    timeout: options.timeout ?? "20 seconds",
+    handler: Thread.handler<typeof Input.Type, typeof Output.Type>(
+      MODULE,
+      exportName,
+      options.thread,
+    ),
+  })
+
+/** The lines logged while `body` runs, with their level and annotations. */
+const withLines = <A, E, R>(
+  body: (
+    lines: Array<{ level: string; message: string; annotations: Record<string, unknown> }>,
+  ) => Effect.Effect<A, E, R>,
+) =>
+  Effect.suspend(() => {
+    const lines: Array<{ level: string; message: string; annotations: Record<string, unknown> }> =
+      []
+    const logger = Logger.make(({ fiber, logLevel, message }) => {
+      lines.push({
+        level: logLevel,
+        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+        annotations: { ...fiber.getRef(References.CurrentLogAnnotations) },
+      })
+    })
+    return Effect.provide(body(lines), Logger.layer([logger]))
+  })
+
+describe("Thread.handler", () => {
+  it.effect(
+    "runs the module's function on a thread: its output, progress and log lines reach the worker",
+    () =>
+      withLines((lines) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(threaded("count"), { logLevel: "info" })
+          const run = yield* harness.submit({ text: "one two three" }, { taskId: "t-count" })
+          run.assertSucceeded()
+          expect(run.response?.words).toBe(3)
+          // Not the main thread's id (0).
+          expect(run.response?.thread).toBeGreaterThan(0)
+          expect(run.messageTypes).toEqual(["started", "progress", "success"])
+          expect(run.messages[1]!.data).toMatchObject({
+            progress: 0.5,
+            response: { stage: "counting" },
+          })
+          const logged = lines.find((l) => l.message === "counting on a thread")
+          expect(logged?.annotations).toMatchObject({ task_id: "t-count", words_so_far: 0 })
+        })
+      ),
+    30_000,
+  )
+
+  it.effect(
+    "reuses its threads between tasks, and replaces one after maxTasks",
+    () =>
+      Effect.gen(function* () {
+        const reused = yield* WorkerHarness.make(threaded("count"))
+        const a = yield* reused.submit({ text: "a" })
+        const b = yield* reused.submit({ text: "b" })
+        expect(b.response?.thread).toBe(a.response?.thread)
+        const recycled = yield* WorkerHarness.make(threaded("count", { thread: { maxTasks: 1 } }))
+        const c = yield* recycled.submit({ text: "c" })
+        const d = yield* recycled.submit({ text: "d" })
+        c.assertSucceeded()
+        d.assertSucceeded()
+        expect(d.response?.thread).not.toBe(c.response?.thread)
+      }),
+    30_000,
+  )
+
+  it.effect(
+    "a FatalError or RetryableError thrown on the thread keeps its meaning; anything else is INTERNAL_ERROR",
+    () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(threaded("fails"))
+        const fatal = yield* harness.submit({ text: "fatal" })
+        fatal.assertFailed({ code: "EMPTY_TEXT" })
+        expect(fatal.error?.message).toBe("Nothing.")
+        const retry = yield* harness.submit({ text: "retry" })
+        expect(retry.outcome).toBe("REJECTED_REQUEUE")
+        const last = yield* harness.submit({ text: "retry" }, { deliveryCount: 4 })
+        last.assertFailed({ code: "UPSTREAM" })
+        const bug = yield* harness.submit({ text: "bug" })
+        bug.assertFailed({ code: "INTERNAL_ERROR" })
+        expect(bug.error?.message).toBe("The worker failed while running the task.")
+      }),
+    30_000,
+  )
+
+  it.effect(
+    "a handler that never yields: TASK_TIMEOUT within its timeout and a second, its thread replaced, the next task served",
+    () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(threaded("forever", { timeout: "2 seconds" }))
+        const before = yield* harness.submit({ text: "x" })
+        const started = Date.now()
+        const run = yield* harness.submit({ text: "loop" })
+        run.assertFailed({ code: "TASK_TIMEOUT" })
+        expect(Date.now() - started).toBeLessThan(3_000)
+        const next = yield* harness.submit({ text: "x" })
+        next.assertSucceeded()
+        expect(next.response?.thread).not.toBe(before.response?.thread)
+      }),
+    30_000,
+  )
+
+  it.effect.skipIf(onDeno)(
+    "a thread past its memory cap fails its task alone, THREAD_OUT_OF_MEMORY, and the worker keeps serving",
+    () =>
+      Effect.gen(function* () {
+        const hog = yield* WorkerHarness.make(threaded("hog", { thread: { maxMemoryMb: 32 } }))
+        const run = yield* hog.submit({ text: "x" })
+        run.assertFailed({ code: "THREAD_OUT_OF_MEMORY" })
+        const count = yield* WorkerHarness.make(threaded("count", { thread: { maxMemoryMb: 32 } }))
+        ;(yield* count.submit({ text: "a b" })).assertSucceeded()
+      }),
+    60_000,
+  )
+
+  it.effect.skipIf(onDeno)(
+    "a thread that exits fails its task alone, THREAD_EXITED",
+    () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(threaded("exits"))
+        const run = yield* harness.submit({ text: "x" })
+        run.assertFailed({ code: "THREAD_EXITED" })
+      }),
+    30_000,
+  )
+
+  it("a relative module path, or an invalid option, is a definition error at once", () => {
+    expect(() => Thread.handler("./score.ts")).toThrow(WorkerDefinitionError)
+    expect(() => Thread.handler(MODULE, "count", { maxTasks: 0 })).toThrow(/maxTasks/)
+  })
+
+  it.effect(
+    "a module without the export fails the worker's start, naming the module and the export",
+    () =>
+      Effect.gen(function* () {
+        const exit = yield* Effect.exit(WorkerHarness.make(threaded("notAFunction")))
+        expect(exit._tag).toBe("Failure")
+        expect(String(exit)).toContain('it has no function named "notAFunction"')
+      }),
+    30_000,
+  )
+})
