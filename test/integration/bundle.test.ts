@@ -160,3 +160,51 @@ describe.each(
     expect(caches()).toHaveLength(2)
   })
 })
+
+describe("examples/deploy/bundle and a threaded handler (examples/threads)", () => {
+  const out = mkdtempSync(join(tmpdir(), "bundle-threads-"))
+  beforeAll(() => {
+    checkBuild()
+    execFileSync(
+      supportedNode(),
+      ["examples/deploy/bundle/build.mjs", "examples/threads/worker.ts", "worker", out],
+      { cwd: ROOT },
+    )
+  })
+  afterAll(() => rmSync(out, { recursive: true, force: true }))
+
+  it("builds the thread's module beside the bundle", () => {
+    expect(readdirSync(join(out, "threads")).filter((f) => f.endsWith(".cjs"))).toHaveLength(1)
+  })
+
+  it.each(["node", "deno"] as const)(
+    "runs its task on a thread of the bundle, on %s",
+    (runtime) => {
+      const { command, args } = commandLine(runtime, out, true)
+      const env: Record<string, string> = {
+        HEALTH_CHECK_PORT: "0",
+        WORKER_TRANSPORT: "memory",
+        WORKER_MODE: "job",
+        WORKER_JOB_IDLE_TIMEOUT_S: "2",
+        NO_COLOR: "1",
+      }
+      for (const key of ["PATH", "HOME", "DENO_DIR"]) {
+        if (process.env[key] !== undefined) env[key] = process.env[key]!
+      }
+      const run = spawnSync(command, args, {
+        cwd: out,
+        input: `{"task_id": "t-1", "data": {"body": {"text": "hello", "rounds": 1000}}}\n`,
+        encoding: "utf8",
+        timeout: 30_000,
+        env,
+      })
+      expect(run.status, `${run.stdout}\n${run.stderr}`).toBe(0)
+      const terminal = run.stdout.split("\n").filter((l) => l.startsWith('{"task_id"')).at(-1)
+      expect(JSON.parse(terminal ?? "{}").data).toMatchObject({
+        message_type: "success",
+        response: { score: expect.any(Number) },
+      })
+    },
+    60_000,
+  )
+})

@@ -12,6 +12,7 @@
  * runtime that will run it, writes that cache (at image build) and exits.
  */
 import { createHash } from "node:crypto"
+import { existsSync } from "node:fs"
 import { copyFile, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { dirname, join, resolve } from "node:path"
@@ -35,17 +36,8 @@ const amqplibModules = `import * as amqplibConnection from ${amqplibFile("lib/co
   `import * as amqplibDefs from ${amqplibFile("lib/defs.js")}\n` +
   `globalThis[Symbol.for("@async-task/worker/amqplib-modules")] = ` +
   `{ "./lib/connection.js": amqplibConnection, "./lib/defs.js": amqplibDefs }\n`
-await esbuild.build({
-  // Resolved where the worker is, as its own imports are.
-  stdin: {
-    contents: amqplibModules +
-      `import { Worker } from "@async-task/worker"\n` +
-      `import { ${name} as worker } from ${JSON.stringify(resolve(module))}\n` +
-      `Worker.run(worker)\n`,
-    resolveDir: dirname(resolve(module)),
-    sourcefile: "start.mjs",
-  },
-  outfile: join(outDir, "worker.cjs"),
+// What both the worker's bundle and its threads' are built with.
+const common = {
   bundle: true,
   platform: "node",
   format: "cjs",
@@ -63,6 +55,56 @@ await esbuild.build({
   minifyWhitespace: true,
   minifySyntax: true,
   logLevel: "warning",
+}
+
+// A threaded handler's module, named as `Thread.handler(new URL("./score.ts", import.meta.url),
+// …)` names it, is no import: esbuild would leave it out, and `import.meta.url` means nothing in
+// the bundle. Each such module of the app (a script beside the one naming it) is built into
+// `threads/` beside the bundle, and the URL becomes that file's path.
+const CODE_URL =
+  /new URL\(\s*(["'])(\.{1,2}\/[^"']+\.(?:[cm]?[jt]s))\1\s*,\s*import\.meta\.url\s*\)/g
+const threadModules = {
+  name: "thread-modules",
+  setup(build) {
+    build.onLoad({ filter: /\.[cm]?[jt]s$/ }, async (args) => {
+      if (args.path.includes(`${join("node_modules", "")}`)) return undefined
+      const source = await readFile(args.path, "utf8")
+      if (!CODE_URL.test(source)) return undefined
+      const threads = []
+      const contents = source.replace(CODE_URL, (url, _quote, relative) => {
+        const target = resolve(dirname(args.path), relative)
+        // A URL in a comment or an example, of no file here, is left as it is.
+        if (!existsSync(target)) return url
+        const file = `${createHash("sha1").update(target).digest("hex").slice(0, 8)}.cjs`
+        threads.push({ target, file })
+        return `require("node:path").join(__dirname, "threads", ${JSON.stringify(file)})`
+      })
+      for (const { target, file } of threads) {
+        await esbuild.build({
+          ...common,
+          entryPoints: [target],
+          outfile: join(outDir, "threads", file),
+        })
+      }
+      const extension = args.path.slice(args.path.lastIndexOf(".") + 1)
+      return { contents, loader: extension.includes("t") ? "ts" : "js" }
+    })
+  },
+}
+await rm(join(outDir, "threads"), { recursive: true, force: true })
+await esbuild.build({
+  ...common,
+  plugins: [threadModules],
+  // Resolved where the worker is, as its own imports are.
+  stdin: {
+    contents: amqplibModules +
+      `import { Worker } from "@async-task/worker"\n` +
+      `import { ${name} as worker } from ${JSON.stringify(resolve(module))}\n` +
+      `Worker.run(worker)\n`,
+    resolveDir: dirname(resolve(module)),
+    sourcefile: "start.mjs",
+  },
+  outfile: join(outDir, "worker.cjs"),
 })
 // The digest that names the code cache, made here rather than at every start (hashing 1 MB took
 // some 15 ms of a start: bench/lifecycle.ts): the first line, which start.cjs reads.
