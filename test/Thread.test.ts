@@ -4,8 +4,9 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import type { Duration } from "effect"
-import { Effect, Logger, References, Schema } from "effect"
+import { Context, Effect, Layer, Logger, References, Schema } from "effect"
 import process from "node:process"
+import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Thread from "../src/Thread.ts"
 import * as Worker from "../src/Worker.ts"
@@ -166,6 +167,32 @@ describe("Thread.handler", () => {
         expect(exit._tag).toBe("Failure")
         expect(String(exit)).toContain('it has no function named "notAFunction"')
       }),
+    30_000,
+  )
+
+  it.live(
+    "runs in an Effect app's layer (Worker.layerMemory), its threads ended with the layer",
+    () =>
+      Effect.gen(function* () {
+        yield* Effect.scoped(Effect.gen(function* () {
+          const broker = Context.get(
+            yield* Layer.build(Worker.layerMemory(threaded("count"))),
+            MemoryBroker.MemoryBroker,
+          )
+          yield* broker.publish(
+            "threads_queue_in",
+            `{"task_id":"t-1","data":{"message_type":"submission","body":{"text":"a b"}}}`,
+          ).pipe(Effect.orDie)
+          let success: unknown
+          for (let i = 0; i < 200 && success === undefined; i++) {
+            yield* Effect.sleep("20 millis")
+            success = (yield* broker.published("threads_queue_out"))
+              .map((m) => JSON.parse(new TextDecoder().decode(m.body)))
+              .find((m) => m.data.message_type === "success")
+          }
+          expect(success).toMatchObject({ data: { response: { words: 2 } } })
+        }))
+      }).pipe(Effect.provideService(References.MinimumLogLevel, "Warn")),
     30_000,
   )
 })
