@@ -69,8 +69,8 @@ export interface ThreadOptions {
   readonly maxTasks?: number | undefined
   /**
    * A thread's heap, in MiB (Node's `resourceLimits.maxOldGenerationSizeMb`): a task that needs
-   * more fails `THREAD_OUT_OF_MEMORY` and its thread is replaced. Deno bounds no thread's heap:
-   * there only the process's limit holds. Default: V8's own.
+   * more fails `THREAD_OUT_OF_MEMORY` and its thread is replaced. Deno takes the option but did
+   * not stop a thread past it in our tests: there only the process's limit holds. Default: V8's.
    */
   readonly maxMemoryMb?: number | undefined
 }

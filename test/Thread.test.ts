@@ -15,7 +15,6 @@ import { WorkerDefinitionError } from "../src/WorkerError.ts"
 const MODULE = new URL("./fixtures/threads/handlers.mjs", import.meta.url)
 const Input = Schema.Struct({ text: Schema.String, ms: Schema.optional(Schema.Number) })
 const Output = Schema.Struct({ words: Schema.Number, thread: Schema.optional(Schema.Number) })
-const onDeno = process.versions.deno !== undefined
 
 const threaded = (
   exportName: string,
@@ -130,26 +129,52 @@ describe("Thread.handler", () => {
     30_000,
   )
 
-  it.effect.skipIf(onDeno)(
-    "a thread past its memory cap fails its task alone, THREAD_OUT_OF_MEMORY, and the worker keeps serving",
+  // Deno 2.9 takes `resourceLimits` but did not stop this thread past its cap within 20 s: the docs
+  // say that only the container's limit holds there.
+  it.effect.skipIf(process.versions.deno !== undefined)(
+    "a thread past its memory cap fails its task alone, THREAD_OUT_OF_MEMORY; the pool replaces it",
     () =>
       Effect.gen(function* () {
-        const hog = yield* WorkerHarness.make(threaded("hog", { thread: { maxMemoryMb: 32 } }))
-        const run = yield* hog.submit({ text: "x" })
+        const harness = yield* WorkerHarness.make(threaded("hog", { thread: { maxMemoryMb: 32 } }))
+        const before = yield* harness.submit({ text: "x" })
+        const run = yield* harness.submit({ text: "hog" })
         run.assertFailed({ code: "THREAD_OUT_OF_MEMORY" })
-        const count = yield* WorkerHarness.make(threaded("count", { thread: { maxMemoryMb: 32 } }))
-        ;(yield* count.submit({ text: "a b" })).assertSucceeded()
+        const after = yield* harness.submit({ text: "x" })
+        after.assertSucceeded()
+        expect(after.response?.thread).not.toBe(before.response?.thread)
       }),
     60_000,
   )
 
-  it.effect.skipIf(onDeno)(
-    "a thread that exits fails its task alone, THREAD_EXITED",
+  it.live(
+    "a thread that exits fails its task alone, THREAD_EXITED; one that exits while idle is not handed the next task",
     () =>
       Effect.gen(function* () {
-        const harness = yield* WorkerHarness.make(threaded("exits"))
-        const run = yield* harness.submit({ text: "x" })
+        const harness = yield* WorkerHarness.make(threaded("exits", { timeout: "5 seconds" }))
+        const run = yield* harness.submit({ text: "exit" })
         run.assertFailed({ code: "THREAD_EXITED" })
+        const later = yield* harness.submit({ text: "later" })
+        later.assertSucceeded()
+        // Its thread exits, idle, a moment after: the next task runs on another, at once.
+        yield* Effect.sleep("300 millis")
+        const started = Date.now()
+        const next = yield* harness.submit({ text: "x" })
+        next.assertSucceeded()
+        expect(next.response?.thread).not.toBe(later.response?.thread)
+        expect(Date.now() - started).toBeLessThan(4_000)
+      }),
+    30_000,
+  )
+
+  it.live(
+    "what a finished task's timer reports on its thread is not the next task's",
+    () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(threaded("leaky"))
+        const leak = yield* harness.submit({ text: "leak" })
+        const next = yield* harness.submit({ text: "x" })
+        expect(next.response?.thread).toBe(leak.response?.thread)
+        expect(next.messageTypes).toEqual(["started", "success"])
       }),
     30_000,
   )

@@ -30,7 +30,9 @@ for (const name of await readdir(outDir)) {
 // amqplib's own modules, which the SDK reads to keep a broker's refusal of a vhost (an exit 2, not
 // a retry) and which amqplib's package does not export: imported by their files, beside the copy
 // of amqplib the SDK imports, and left where the SDK finds them in a bundle.
-const sdkRequire = createRequire(createRequire(resolve(module)).resolve("@async-task/worker"))
+const sdkEntry = createRequire(resolve(module)).resolve("@async-task/worker")
+const sdkRequire = createRequire(sdkEntry)
+const sdkDir = join(dirname(sdkEntry), "")
 const amqplibFile = (path) => JSON.stringify(join(dirname(sdkRequire.resolve("amqplib")), path))
 const amqplibModules = `import * as amqplibConnection from ${amqplibFile("lib/connection.js")}\n` +
   `import * as amqplibDefs from ${amqplibFile("lib/defs.js")}\n` +
@@ -60,16 +62,19 @@ const common = {
 // A threaded handler's module, named as `Thread.handler(new URL("./score.ts", import.meta.url),
 // …)` names it, is no import: esbuild would leave it out, and `import.meta.url` means nothing in
 // the bundle. Each such module of the app (a script beside the one naming it) is built into
-// `threads/` beside the bundle, and the URL becomes that file's path.
+// `threads/` beside the bundle, and the URL becomes that file's.
 const CODE_URL =
   /new URL\(\s*(["'])(\.{1,2}\/[^"']+\.(?:[cm]?[jt]s))\1\s*,\s*import\.meta\.url\s*\)/g
 const threadModules = {
   name: "thread-modules",
   setup(build) {
     build.onLoad({ filter: /\.[cm]?[jt]s$/ }, async (args) => {
-      if (args.path.includes(`${join("node_modules", "")}`)) return undefined
+      // The app's own scripts only: not its dependencies, nor the SDK (whose docs show the form).
+      if (args.path.includes(join("node_modules", "")) || args.path.startsWith(sdkDir)) {
+        return undefined
+      }
       const source = await readFile(args.path, "utf8")
-      if (!CODE_URL.test(source)) return undefined
+      if (!source.includes("import.meta.url")) return undefined
       const threads = []
       const contents = source.replace(CODE_URL, (url, _quote, relative) => {
         const target = resolve(dirname(args.path), relative)
@@ -77,8 +82,17 @@ const threadModules = {
         if (!existsSync(target)) return url
         const file = `${createHash("sha1").update(target).digest("hex").slice(0, 8)}.cjs`
         threads.push({ target, file })
-        return `require("node:path").join(__dirname, "threads", ${JSON.stringify(file)})`
+        return `require("node:url").pathToFileURL(require("node:path").join(__dirname, "threads", ${
+          JSON.stringify(file)
+        }))`
       })
+      // A threaded handler named some other way would fail only when the bundle starts.
+      if (/Thread\.handler\(/.test(contents) && contents.includes("import.meta.url")) {
+        throw new Error(
+          `${args.path} names a threaded handler's module in a way this build cannot follow: ` +
+            'write it as new URL("./module.ts", import.meta.url), a file beside it',
+        )
+      }
       for (const { target, file } of threads) {
         await esbuild.build({
           ...common,

@@ -15,6 +15,9 @@ import { closeStep } from "./closing.ts"
 import { type ChannelDeliveries, channelDeliveries, toDelivery } from "./deliveries.ts"
 import { connectError, messageOf } from "./errors.ts"
 
+/** RabbitMQ's refusal of the consumer argument on a queue type that takes none. */
+const TIMEOUT_REFUSED = /invalid arg 'x-consumer-timeout'/
+
 /** Consumers kept on one channel by successive grows before they are merged into one. */
 export const MAX_CONSUMERS = 16
 
@@ -127,7 +130,10 @@ const startConsumer = (
 export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
   Effect.map(Semaphore.make(1), (resizing) => {
     const inbox = options.inbox
-    const consumeOptions: Amqp.Options.Consume = {
+    // RabbitMQ 4 refuses the argument on a classic queue (406, "invalid arg
+    // 'x-consumer-timeout'"): that refusal closes the channel, and every later consumer goes
+    // without it, the node's consumer_timeout ruling there.
+    let consumeOptions: Amqp.Options.Consume = {
       noAck: false,
       ...(options.consumerTimeout === undefined ? {} : {
         arguments: {
@@ -137,6 +143,20 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
         },
       }),
     }
+    const refusedTimeout = (error: TransportError) =>
+      Effect.suspend(() => {
+        if (consumeOptions.arguments === undefined || !TIMEOUT_REFUSED.test(error.message)) {
+          return Effect.fail(error)
+        }
+        consumeOptions = { noAck: false }
+        return Effect.andThen(
+          Effect.logInfo(
+            `The broker takes no x-consumer-timeout on "${options.inQueue}" (a classic queue on ` +
+              "RabbitMQ 4): the lease is its node's consumer_timeout; consuming without it",
+          ),
+          Effect.fail(error),
+        )
+      })
     let capacity = options.capacity
     let consumers: Array<Consumer> = []
     let consuming: Consuming | undefined
@@ -149,12 +169,15 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
     })
 
     const consumeOn = (target: Consuming, prefetch: number) =>
-      Effect.flatMap(startConsumer(target, prefetch, options, consumeOptions), (made) => {
-        // Intake stopped while the broker was making it: `stopIntake` could not cancel it.
-        if (stopped) return cancelOne(made)
-        consumers.push(made)
-        return Effect.void
-      })
+      Effect.flatMap(
+        Effect.catch(startConsumer(target, prefetch, options, consumeOptions), refusedTimeout),
+        (made) => {
+          // Intake stopped while the broker was making it: `stopIntake` could not cancel it.
+          if (stopped) return cancelOne(made)
+          consumers.push(made)
+          return Effect.void
+        },
+      )
 
     /**
      * Brings the consumers' windows to the capacity: growing adds a consumer with the difference

@@ -24,7 +24,7 @@ import * as Probes from "../../Probes.ts"
 import { describeStop, type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import * as Settings from "../../Settings.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
-import type { ProbeServerError } from "../../WorkerError.ts"
+import { type ProbeServerError, WorkerDefinitionError } from "../../WorkerError.ts"
 import { errorKind, errorMessage } from "../describe.ts"
 import { timeoutDetached } from "../detach.ts"
 import * as Life from "./life.ts"
@@ -257,11 +257,17 @@ export const live = <A, I, O, R>(
         Effect.catch(exitCodeOf),
         // A defect (in the transport, the engine) is a failure of the process, not of `run`:
         // the shutdown must still drain, run the hooks and close.
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.failCause(cause)
-            : Effect.as(Effect.logError("The worker failed", cause), 1 as ExitCode)
-        ),
+        Effect.catchCause((cause) => {
+          if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause)
+          // A threaded handler's module that cannot load (its pool's start, in the engine): the
+          // definition's defect, which no restart mends.
+          const definition = cause.reasons.flatMap((r) =>
+            Cause.isDieReason(r) && r.defect instanceof WorkerDefinitionError ? [r.defect] : []
+          )[0]
+          return definition === undefined
+            ? Effect.as(Effect.logError("The worker failed", cause), 1 as ExitCode)
+            : Effect.as(Effect.logError(definition.message), 2 as ExitCode)
+        }),
       ),
       stop: options.stop ?? Effect.never,
       bound: Life.shutdownBound(settings.shutdownGrace),

@@ -11,7 +11,13 @@ const { parentPort, workerData } = require("node:worker_threads")
 
 const describe = (e) => {
   if (e !== null && typeof e === "object" && (e._tag === "FatalError" || e._tag === "RetryableError")) {
-    const delay = typeof e.delay === "number" || typeof e.delay === "string" ? e.delay : undefined
+    // A Duration is a class of Effect's: it crosses as its milliseconds' text.
+    const millis = e.delay !== null && typeof e.delay === "object" && typeof e.delay.toJSON === "function"
+      ? e.delay.toJSON().millis
+      : undefined
+    const delay = typeof e.delay === "number" || typeof e.delay === "string"
+      ? e.delay
+      : typeof millis === "number" ? millis + " millis" : e.delay === undefined ? undefined : "invalid"
     return { _tag: e._tag, code: e.code, message: e.message, delay, congestion: e.congestion === true }
   }
   const name = e !== null && typeof e === "object" && typeof e.name === "string" ? e.name : typeof e
@@ -45,14 +51,18 @@ let controller
 parentPort.on("message", async (message) => {
   if (message.type === "abort") return controller?.abort(new Error("The task must stop"))
   controller = new AbortController()
-  const log = (level) => (line, fields) =>
-    void post({ type: "log", level, message: String(line), fields })
+  const task = message.task
+  const log = (level) => (line, fields) => {
+    if (!post({ type: "log", task, level, message: String(line), fields })) {
+      post({ type: "log", task, level, message: String(line) })
+    }
+  }
   const ctx = {
     ...message.context,
     signal: controller.signal,
     progress: (fraction, payload) => {
-      if (!post({ type: "progress", fraction, payload })) {
-        post({ type: "log", level: "warn", message: "A progress payload that cannot leave its thread was dropped" })
+      if (!post({ type: "progress", task, fraction, payload })) {
+        post({ type: "log", task, level: "warn", message: "A progress payload that cannot leave its thread was dropped" })
       }
       return Promise.resolve()
     },
@@ -61,11 +71,11 @@ parentPort.on("message", async (message) => {
   try {
     await loading
     const output = await handler(message.input, ctx)
-    if (!post({ type: "done", output })) {
+    if (!post({ type: "done", task, output })) {
       throw new Error("The handler's result cannot leave its thread (a function, a class instance's methods, a symbol)")
     }
   } catch (e) {
-    post({ type: "failed", error: describe(e) })
+    post({ type: "failed", task, error: describe(e) })
   }
 })
 `

@@ -23,17 +23,19 @@ type ThreadEvent =
   | { readonly type: "load_failed"; readonly message: string }
   | {
     readonly type: "progress"
+    readonly task: number
     readonly fraction: number
     readonly payload?: Readonly<Record<string, unknown>> | undefined
   }
   | {
     readonly type: "log"
+    readonly task: number
     readonly level: "debug" | "info" | "warn" | "error"
     readonly message: string
     readonly fields?: Readonly<Record<string, unknown>> | undefined
   }
-  | { readonly type: "done"; readonly output: unknown }
-  | { readonly type: "failed"; readonly error: ThreadError }
+  | { readonly type: "done"; readonly task: number; readonly output: unknown }
+  | { readonly type: "failed"; readonly task: number; readonly error: ThreadError }
   | { readonly type: "died"; readonly code: string; readonly message: string }
 
 /** An error as it left its thread (see the bootstrap's `describe`). */
@@ -53,8 +55,9 @@ type ThreadError =
   }
 
 /** One thread, and whoever listens to it now: the task it runs, or its start. */
-interface Thread {
+interface PoolThread {
   readonly worker: NodeWorker
+  /** The tasks it ran; the one it runs now is the last, whose events alone are heard. */
   tasks: number
   dead: boolean
   listener: ((event: ThreadEvent) => void) | undefined
@@ -87,8 +90,11 @@ const deathOf = (error: unknown): { readonly code: string; readonly message: str
     ? { code: "THREAD_EXITED", message: "The task's thread exited before the task ended." }
     : { code: "THREAD_CRASHED", message: "The task's thread failed outside the task." }
 
-/** A new thread of `spec`, its events told to its listener. */
-const spawn = (spec: ThreadSpec): Thread => {
+/**
+ * A new thread of `spec`, its events told to its listener, but for a finished task's (a timer it
+ * left behind); its death told to the task it runs, else to `idleDeath`.
+ */
+const spawn = (spec: ThreadSpec, idleDeath: (thread: PoolThread) => void): PoolThread => {
   const worker = new NodeWorker(BOOTSTRAP, {
     eval: true,
     workerData: { module: spec.module, exportName: spec.exportName },
@@ -96,22 +102,27 @@ const spawn = (spec: ThreadSpec): Thread => {
       ? {}
       : { resourceLimits: { maxOldGenerationSizeMb: spec.maxMemoryMb } }),
   })
-  const thread: Thread = { worker, tasks: 0, dead: false, listener: undefined }
+  const thread: PoolThread = { worker, tasks: 0, dead: false, listener: undefined }
   const die = (error: unknown) => {
     if (thread.dead) return
     thread.dead = true
-    thread.listener?.({ type: "died", ...deathOf(error) })
+    const listener = thread.listener
+    if (listener === undefined) return idleDeath(thread)
+    listener({ type: "died", ...deathOf(error) })
   }
-  worker.on("message", (event: ThreadEvent) => thread.listener?.(event))
+  worker.on("message", (event: ThreadEvent) => {
+    if ("task" in event && event.task !== thread.tasks) return
+    thread.listener?.(event)
+  })
   worker.on("error", die)
   worker.on("exit", () => die(undefined))
-  // An idle thread does not keep the process alive.
+  // Idle, it does not keep the process alive; running a task, it does (`run`).
   worker.unref()
   return thread
 }
 
 /** Ends a thread; its `exit` comes later. */
-const terminate = (thread: Thread): Effect.Effect<void> =>
+const terminate = (thread: PoolThread): Effect.Effect<void> =>
   Effect.promise(() => {
     thread.dead = true
     thread.listener = undefined
@@ -119,14 +130,28 @@ const terminate = (thread: Thread): Effect.Effect<void> =>
   })
 
 /** The events of `thread` from now on, in a queue. */
-const listen = (thread: Thread) =>
+const listen = (thread: PoolThread) =>
   Effect.map(Queue.unbounded<ThreadEvent>(), (events) => {
     thread.listener = (event) => Queue.offerUnsafe(events, event)
     return events
   })
 
+/** Hands the task to its thread: an input that cannot cross is the task's error. */
+const post = (thread: PoolThread, input: unknown, ctx: TaskContext) =>
+  Effect.try({
+    try: () =>
+      thread.worker.postMessage({
+        type: "run",
+        task: thread.tasks,
+        input,
+        context: contextOf(ctx),
+      }),
+    catch: (error) =>
+      new Error(`The task's input cannot cross to its thread: ${(error as Error).message}`),
+  })
+
 /** A thread's first words: its module loaded, or why not. */
-const started = (spec: ThreadSpec, thread: Thread) =>
+const started = (spec: ThreadSpec, thread: PoolThread) =>
   Effect.flatMap(listen(thread), (events) =>
     Effect.flatMap(Queue.take(events), (event) => {
       if (event.type === "ready") return Effect.void
@@ -166,33 +191,58 @@ export const make = (
   spec: ThreadSpec,
 ): Effect.Effect<ThreadPool, WorkerDefinitionError, Scope.Scope> =>
   Effect.gen(function* () {
-    const idle: Array<Thread> = []
-    const all = new Set<Thread>()
+    const idle: Array<PoolThread> = []
+    const all = new Set<PoolThread>()
     yield* Effect.addFinalizer(() =>
       Effect.forEach(all, terminate, { concurrency: "unbounded", discard: true })
     )
+    // An idle thread that dies (a timer its last task left behind) is forgotten, not handed on.
+    const forget = (thread: PoolThread) => {
+      all.delete(thread)
+      const at = idle.indexOf(thread)
+      if (at >= 0) idle.splice(at, 1)
+    }
+    const retire = (thread: PoolThread) => {
+      forget(thread)
+      return terminate(thread)
+    }
     const fresh = Effect.suspend(() => {
-      const thread = spawn(spec)
+      const thread = spawn(spec, forget)
       all.add(thread)
-      return Effect.as(started(spec, thread), thread)
+      return started(spec, thread).pipe(
+        Effect.as(thread),
+        Effect.onExit((exit) => (exit._tag === "Failure" ? retire(thread) : Effect.void)),
+      )
     })
     idle.push(yield* fresh)
 
-    const retire = (thread: Thread) => {
-      all.delete(thread)
-      return terminate(thread)
-    }
+    /** An idle thread, else a new one: its start may be interrupted, as the task's wait. */
+    const take = (restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => {
+        const thread = idle.pop()
+        if (thread !== undefined) return Effect.succeed(thread)
+        return restore(fresh).pipe(
+          Effect.mapError(() =>
+            new FatalError({
+              code: "THREAD_CRASHED",
+              message: "The task's thread could not start.",
+            })
+          ),
+        )
+      })
+
     // Back to the idle ones, unless it is dead or has run its tasks.
-    const release = (thread: Thread) =>
+    const release = (thread: PoolThread) =>
       thread.dead || (spec.maxTasks !== undefined && thread.tasks >= spec.maxTasks)
         ? retire(thread)
         : Effect.sync(() => {
           thread.listener = undefined
+          thread.worker.unref()
           idle.push(thread)
         })
 
     /** Asks the thread to stop, waits the grace, then ends it whatever it does. */
-    const stop = (thread: Thread, events: Queue.Queue<ThreadEvent>) =>
+    const stop = (thread: PoolThread, events: Queue.Queue<ThreadEvent>) =>
       Effect.sync(() => thread.worker.postMessage({ type: "abort" })).pipe(
         Effect.andThen(Effect.timeoutOption(untilEnd(events), STOP_GRACE)),
         Effect.andThen(retire(thread)),
@@ -201,11 +251,13 @@ export const make = (
     const run: ThreadPool["run"] = (input, ctx) =>
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
-          const thread = idle.pop() ?? (yield* Effect.orDie(fresh))
-          const events = yield* listen(thread)
+          const thread = yield* take(restore)
+          thread.worker.ref()
           thread.tasks++
-          thread.worker.postMessage({ type: "run", input, context: contextOf(ctx) })
-          const ended = yield* Effect.exit(restore(follow(events, ctx)))
+          const events = yield* listen(thread)
+          const ended = yield* Effect.exit(
+            restore(Effect.andThen(post(thread, input, ctx), follow(events, ctx))),
+          )
           if (ended._tag === "Failure" && ended.cause.reasons.some((r) => r._tag === "Interrupt")) {
             yield* stop(thread, events)
           } else {

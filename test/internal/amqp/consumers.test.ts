@@ -40,6 +40,35 @@ describe("Consumers", () => {
       })
     }))
 
+  it.effect("a queue that refuses the consumer timeout (a classic queue on RabbitMQ 4): the attempt fails, the next consumes without it", () =>
+    Effect.gen(function* () {
+      const inbox = new Inbox<Delivery, TransportError>()
+      const consumers = yield* Consumers.make({
+        url: "amqp://127.0.0.1/",
+        inQueue: "in",
+        capacity: 2,
+        inbox,
+        consumerTimeout: "31 minutes",
+      })
+      const refusing = new FakeChannel("refusing")
+      refusing.failing.set(
+        "consume",
+        new Error(
+          "Operation failed: BasicConsume; 406 (PRECONDITION-FAILED) with message \"PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'in' in vhost '/' of queue type rabbit_classic_queue\"",
+        ),
+      )
+      const first = Consumers.consuming(refusing, yield* Deferred.make<string>())
+      consumers.attach(first)
+      const failed = yield* Effect.exit(consumers.fill(first))
+      expect(Exit.isFailure(failed)).toBe(true)
+      consumers.detach()
+      const next = new FakeChannel("next")
+      const target = Consumers.consuming(next, yield* Deferred.make<string>())
+      consumers.attach(target)
+      yield* consumers.fill(target)
+      expect(next.consumers.get("ctag-1")!.options).toEqual({ noAck: false })
+    }))
+
   it.effect("a window past AMQP's 16 bits is asked as the largest prefetch", () =>
     Effect.gen(function* () {
       const { channel } = yield* consuming(100_000)
