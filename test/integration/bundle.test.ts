@@ -173,6 +173,25 @@ describe("examples/deploy/bundle and a threaded handler (examples/threads)", () 
   })
   afterAll(() => rmSync(out, { recursive: true, force: true }))
 
+  it(
+    "refuses to build a threaded handler whose module it cannot follow, saying how to name it",
+    () => {
+      const refused = spawnSync(
+        supportedNode(),
+        [
+          "examples/deploy/bundle/build.mjs",
+          "test/fixtures/threads/unbundlable.mjs",
+          "worker",
+          join(out, "refused"),
+        ],
+        { cwd: ROOT, encoding: "utf8", timeout: 60_000 },
+      )
+      expect(refused.status).not.toBe(0)
+      expect(refused.stderr).toContain("names a threaded handler's module in a way this build")
+    },
+    60_000,
+  )
+
   it("builds the thread's module beside the bundle", () => {
     expect(readdirSync(join(out, "threads")).filter((f) => f.endsWith(".cjs"))).toHaveLength(1)
   })

@@ -32,7 +32,8 @@ for (const name of await readdir(outDir)) {
 // of amqplib the SDK imports, and left where the SDK finds them in a bundle.
 const sdkEntry = createRequire(resolve(module)).resolve("@async-task/worker")
 const sdkRequire = createRequire(sdkEntry)
-const sdkDir = join(dirname(sdkEntry), "")
+// The SDK's own code (its build, and its sources, which an example of its repository imports).
+const sdkCode = ["dist", "src"].map((dir) => join(dirname(dirname(sdkEntry)), dir, ""))
 const amqplibFile = (path) => JSON.stringify(join(dirname(sdkRequire.resolve("amqplib")), path))
 const amqplibModules = `import * as amqplibConnection from ${amqplibFile("lib/connection.js")}\n` +
   `import * as amqplibDefs from ${amqplibFile("lib/defs.js")}\n` +
@@ -70,7 +71,10 @@ const threadModules = {
   setup(build) {
     build.onLoad({ filter: /\.[cm]?[jt]s$/ }, async (args) => {
       // The app's own scripts only: not its dependencies, nor the SDK (whose docs show the form).
-      if (args.path.includes(join("node_modules", "")) || args.path.startsWith(sdkDir)) {
+      if (
+        args.path.includes(join("node_modules", "")) ||
+        sdkCode.some((dir) => args.path.startsWith(dir))
+      ) {
         return undefined
       }
       const source = await readFile(args.path, "utf8")
@@ -87,7 +91,7 @@ const threadModules = {
         }))`
       })
       // A threaded handler named some other way would fail only when the bundle starts.
-      if (/Thread\.handler\(/.test(contents) && contents.includes("import.meta.url")) {
+      if (/Thread\.handler\(\s*new URL\([^)]*import\.meta\.url/.test(contents)) {
         throw new Error(
           `${args.path} names a threaded handler's module in a way this build cannot follow: ` +
             'write it as new URL("./module.ts", import.meta.url), a file beside it',
