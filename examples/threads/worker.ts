@@ -3,6 +3,8 @@
  * embedded broker:
  *
  *   echo '{"text":"hello"}' | deno run -A cli.ts run examples/threads/worker.ts --memory
+ *
+ * or as a Deno script on RabbitMQ: `BROKER_URL=amqp://… deno run -A examples/threads/worker.ts`.
  */
 import { Schema } from "effect"
 import { Thread, Worker } from "../../src/index.ts"
@@ -15,3 +17,5 @@ export const worker = Worker.make({
   concurrency: 2,
   handler: Thread.handler(new URL("./score.ts", import.meta.url), "score", { maxTasks: 1000 }),
 })
+
+if (import.meta.main) Worker.run(worker)

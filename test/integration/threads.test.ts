@@ -5,13 +5,14 @@
  * answers every poll meanwhile; progress flows during the computation; a SIGTERM in the middle of
  * a task exits within the documented bound. Real time, bounded.
  */
+import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 import { spawnCliWorker, waitUntil } from "./cliWorker.ts"
 import { onNode22 } from "../support/nodes.ts"
-import { checkBuild, ROOT } from "../support/runtimes.ts"
+import { baseEnv, checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const WORKER = join(ROOT, "test/fixtures/threads/worker.mjs")
 const BURN_MS = 8_000
@@ -113,5 +114,37 @@ describe.runIf(onNode22() || isRabbitMQ4())("threaded handlers on RabbitMQ", () 
       }
     },
     120_000,
+  )
+
+  it(
+    "the example runs as a Deno script (Worker.run), its handler on a thread",
+    async () => {
+      const name = uniqueName("threads-deno")
+      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+      await broker.declare(inQueue, { durable: true })
+      await broker.declare(outQueue, { durable: true })
+      const script = spawn(denoBinary(), ["run", "-A", join(ROOT, "examples/threads/worker.ts")], {
+        cwd: ROOT,
+        env: {
+          ...baseEnv(),
+          BROKER_URL: urlFor(QUORUM_VHOST),
+          IN_QUEUE_NAME: inQueue,
+          OUT_QUEUE_NAME: outQueue,
+          HEALTH_CHECK_HOST: "127.0.0.1",
+          HEALTH_CHECK_PORT: "0",
+        },
+        stdio: "ignore",
+      })
+      try {
+        broker.publish(inQueue, broker.envelope(`${name}-t`, { text: "hello", rounds: 1000 }))
+        await broker.confirmed()
+        const out = await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
+        expect(JSON.parse(out.at(-1)!.text).data.response.score).toEqual(expect.any(Number))
+      } finally {
+        script.kill("SIGKILL")
+        await broker.remove(inQueue, outQueue)
+      }
+    },
+    60_000,
   )
 })
