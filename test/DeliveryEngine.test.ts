@@ -1573,22 +1573,15 @@ describe("DeliveryEngine", () => {
           const watch = yield* loop.watched(EventLoop.make()).pipe(Effect.provide(logs.layer))
           const blocked = Effect.andThen(loop.block(45_000), TestClock.adjust("500 millis"))
           const entered: { ctx?: TaskContext } = {}
-          const { broker, engine, settings } = yield* loop.watched(
+          const { engine, takeLosable } = yield* loop.watched(
             makeEngine(slow(entered, { value: false })),
           ).pipe(Effect.provideService(EventLoop.EventLoop, watch))
-          const channel = yield* Scope.make()
-          const consumer = yield* broker.transport({
-            inQueue: settings.inQueue,
-            outQueue: settings.outQueue,
-            capacity: 1,
-          }).pipe(Scope.provide(channel))
           if (blockFirst) yield* blocked
-          yield* broker.publish(settings.inQueue, envelope(taskId, { text: "a" }))
-          const taken = Option.getOrThrow(yield* consumer.take)
-          const fiber = yield* Effect.forkChild(engine.handle(taken))
+          const { delivery, lose } = yield* takeLosable(taskId, { text: "a" })
+          const fiber = yield* Effect.forkChild(engine.handle(delivery))
           yield* waitUntil(() => entered.ctx !== undefined, "the handler runs")
           if (!blockFirst) yield* blocked
-          yield* Scope.close(channel, Exit.void)
+          yield* lose
           const decision = yield* Fiber.join(fiber)
           const warnings = logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)
           return { decision, warnings }

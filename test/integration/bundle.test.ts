@@ -36,6 +36,21 @@ const commandLine = (runtime: "node" | "deno", out: string, write: boolean) =>
     ],
   }
 
+/** A bundle's environment for one task in job mode on the embedded broker, and what it runs on. */
+const jobEnv = (): Record<string, string> => {
+  const env: Record<string, string> = {
+    HEALTH_CHECK_PORT: "0",
+    WORKER_TRANSPORT: "memory",
+    WORKER_MODE: "job",
+    WORKER_JOB_IDLE_TIMEOUT_S: "2",
+    NO_COLOR: "1",
+  }
+  for (const key of ["PATH", "HOME", "DENO_DIR"]) {
+    if (process.env[key] !== undefined) env[key] = process.env[key]!
+  }
+  return env
+}
+
 describe.each(
   [
     ["node", "examples/deploy/worker.mjs"],
@@ -61,16 +76,7 @@ describe.each(
   /** One task on stdin, in job mode on the embedded broker: what it published, and its exit. */
   const start = (options: { readonly warm?: boolean; readonly write?: boolean } = {}) => {
     const { command, args } = commandLine(runtime, out, options.write ?? true)
-    const env: Record<string, string> = {
-      HEALTH_CHECK_PORT: "0",
-      WORKER_TRANSPORT: "memory",
-      WORKER_MODE: "job",
-      WORKER_JOB_IDLE_TIMEOUT_S: "2",
-      NO_COLOR: "1",
-    }
-    for (const key of ["PATH", "HOME", "DENO_DIR"]) {
-      if (process.env[key] !== undefined) env[key] = process.env[key]!
-    }
+    const env = jobEnv()
     const run = spawnSync(command, [...args, ...(options.warm ? ["--warm"] : [])], {
       cwd: out,
       input: TASK,
@@ -200,16 +206,7 @@ describe("examples/deploy/bundle and a threaded handler (examples/threads)", () 
     "runs its task on a thread of the bundle, on %s",
     (runtime) => {
       const { command, args } = commandLine(runtime, out, true)
-      const env: Record<string, string> = {
-        HEALTH_CHECK_PORT: "0",
-        WORKER_TRANSPORT: "memory",
-        WORKER_MODE: "job",
-        WORKER_JOB_IDLE_TIMEOUT_S: "2",
-        NO_COLOR: "1",
-      }
-      for (const key of ["PATH", "HOME", "DENO_DIR"]) {
-        if (process.env[key] !== undefined) env[key] = process.env[key]!
-      }
+      const env = jobEnv()
       const run = spawnSync(command, args, {
         cwd: out,
         input: `{"task_id": "t-1", "data": {"body": {"text": "hello", "rounds": 1000}}}\n`,

@@ -4,8 +4,39 @@
  * copy), its JSON log read back as records.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { QUORUM_VHOST, urlFor } from "./broker.ts"
-import { baseEnv, ROOT, runtimeSpec } from "../support/runtimes.ts"
+import { afterAll, beforeAll } from "vitest"
+import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { onNode22 } from "../support/nodes.ts"
+import { baseEnv, checkBuild, ROOT, runtimeSpec } from "../support/runtimes.ts"
+
+/**
+ * Whether this pass runs the suites of a CLI worker: its process is Node whatever runs the suite,
+ * so once per broker, in the Node 22 pass and in the RabbitMQ 4.3 one.
+ */
+export const oncePerBroker = (): boolean => onNode22() || isRabbitMQ4()
+
+/** The platform's side on the quorum vhost for the describe block it is called in, built once. */
+export const platformForSuite = () => {
+  let broker: Awaited<ReturnType<typeof platform>> | undefined
+  beforeAll(async () => {
+    checkBuild()
+    ensureVhosts()
+    broker = await platform(QUORUM_VHOST)
+  })
+  afterAll(() => broker?.close())
+  return () => broker!
+}
+
+/** A unique name after `prefix`, and its pair of queues, declared as a worker declares them. */
+export const declaredQueues = async (
+  broker: Awaited<ReturnType<typeof platform>>,
+  prefix: string,
+) => {
+  const name = uniqueName(prefix)
+  const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+  for (const queue of [inQueue, outQueue]) await broker.declare(queue, { durable: true })
+  return { name, inQueue, outQueue }
+}
 
 /** Runs the worker `module` exports, consuming `inQueue` on the quorum vhost; `env` adds settings. */
 export const spawnCliWorker = (

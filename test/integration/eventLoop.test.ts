@@ -7,34 +7,28 @@
  * bounded: the block is the process's own.
  */
 import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
-import { spawnCliWorker, waitUntil } from "./cliWorker.ts"
-import { onNode22 } from "../support/nodes.ts"
-import { checkBuild, ROOT } from "../support/runtimes.ts"
+import { describe, expect, it } from "vitest"
+import {
+  declaredQueues,
+  oncePerBroker,
+  platformForSuite,
+  spawnCliWorker,
+  waitUntil,
+} from "./cliWorker.ts"
+import { ROOT } from "../support/runtimes.ts"
 
 const WORKER = join(ROOT, "test/fixtures/event-loop/worker.mjs")
 const BLOCK_MS = 45_000
 const STARTED = /Worker event-loop-fixture started in service mode/
 
-// The worker is a Node process whatever runs the suite: once per broker, in the Node 22 pass and
-// in the RabbitMQ 4.3 one.
-describe.runIf(onNode22() || isRabbitMQ4())("a blocked event loop on RabbitMQ", () => {
-  beforeAll(() => {
-    checkBuild()
-    ensureVhosts()
-  })
-  let broker: Awaited<ReturnType<typeof platform>>
-  beforeAll(async () => (broker = await platform(QUORUM_VHOST)))
-  afterAll(() => broker.close())
+describe.runIf(oncePerBroker())("a blocked event loop on RabbitMQ", () => {
+  const platformOf = platformForSuite()
 
   it(
     "a handler blocking the loop for 45 s with the default settings: success on the first run, one WARNING naming the block and the task",
     async () => {
-      const name = uniqueName("event-loop")
-      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
-      await broker.declare(inQueue, { durable: true })
-      await broker.declare(outQueue, { durable: true })
+      const broker = platformOf()
+      const { name, inQueue, outQueue } = await declaredQueues(broker, "event-loop")
       const worker = spawnCliWorker(WORKER, inQueue, outQueue)
       try {
         await waitUntil(() => STARTED.test(worker.stdout()), 30_000, "the worker's start")

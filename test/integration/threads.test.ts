@@ -8,11 +8,16 @@
 import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
-import { spawnCliWorker, waitUntil } from "./cliWorker.ts"
-import { onNode22 } from "../support/nodes.ts"
-import { baseEnv, checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
+import { describe, expect, it } from "vitest"
+import { QUORUM_VHOST, urlFor } from "./broker.ts"
+import {
+  declaredQueues,
+  oncePerBroker,
+  platformForSuite,
+  spawnCliWorker,
+  waitUntil,
+} from "./cliWorker.ts"
+import { baseEnv, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const WORKER = join(ROOT, "test/fixtures/threads/worker.mjs")
 const BURN_MS = 8_000
@@ -45,23 +50,14 @@ const pollHealth = async (port: number, stop: () => boolean) => {
   return polls
 }
 
-// The worker is a Node process whatever runs the suite: once per broker.
-describe.runIf(onNode22() || isRabbitMQ4())("threaded handlers on RabbitMQ", () => {
-  beforeAll(() => {
-    checkBuild()
-    ensureVhosts()
-  })
-  let broker: Awaited<ReturnType<typeof platform>>
-  beforeAll(async () => (broker = await platform(QUORUM_VHOST)))
-  afterAll(() => broker.close())
+describe.runIf(oncePerBroker())("threaded handlers on RabbitMQ", () => {
+  const platformOf = platformForSuite()
 
   it(
     "two 8 s CPU-bound tasks at concurrency 2: each concluded once, attempt 1; /health answers every poll; progress flows; a SIGTERM mid-task exits within the bound",
     async () => {
-      const name = uniqueName("threads")
-      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
-      await broker.declare(inQueue, { durable: true })
-      await broker.declare(outQueue, { durable: true })
+      const broker = platformOf()
+      const { name, inQueue, outQueue } = await declaredQueues(broker, "threads")
       const port = await freePort()
       const worker = spawnCliWorker(WORKER, inQueue, outQueue, {
         HEALTH_CHECK_PORT: String(port),
@@ -119,10 +115,8 @@ describe.runIf(onNode22() || isRabbitMQ4())("threaded handlers on RabbitMQ", () 
   it(
     "the example runs as a Deno script (Worker.run), its handler on a thread",
     async () => {
-      const name = uniqueName("threads-deno")
-      const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
-      await broker.declare(inQueue, { durable: true })
-      await broker.declare(outQueue, { durable: true })
+      const broker = platformOf()
+      const { name, inQueue, outQueue } = await declaredQueues(broker, "threads-deno")
       const script = spawn(denoBinary(), ["run", "-A", join(ROOT, "examples/threads/worker.ts")], {
         cwd: ROOT,
         env: {
