@@ -43,9 +43,12 @@ const proxy = async () => {
       pair.holed ? undefined : pair.stalled ? pair.stalled.push(step) : step()
     client.on("data", (chunk) => carry(() => upstream.write(chunk)))
     upstream.on("data", (chunk) => carry(() => client.write(chunk)))
+    // A black hole keeps the worker's socket open even when the broker gives up its side (its own
+    // heartbeat timeout races the worker's): only the worker can find the connection dead.
+    const silenced = (to: Socket) => pair.holed && to === client
     for (const [from, to] of [[client, upstream], [upstream, client]] as const) {
-      from.on("error", () => to.destroy())
-      from.on("close", () => (pair.holed ? to.destroy() : carry(() => to.end())))
+      from.on("error", () => silenced(to) || to.destroy())
+      from.on("close", () => silenced(to) || (pair.holed ? to.destroy() : carry(() => to.end())))
     }
   })
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
