@@ -11,6 +11,7 @@
  *
  * @since 0.1.0
  */
+import { pid } from "node:process"
 import * as ThreadPool from "./internal/thread/pool.ts"
 import { LeaseExpiries } from "./internal/delivery/expiries.ts"
 import {
@@ -137,6 +138,7 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
       }),
       loggerFor: (info) => TaskContext.makeLogger({ ...info, service: worker.name }, context),
       baseAnnotations: { service: worker.name },
+      workerId: `${settings.hostname}:${pid}`,
       timeoutMillis: Duration.toMillis(settings.taskTimeout),
       holdMillis: Duration.toMillis(settings.consumerTimeout) - Duration.toMillis(LEASE_MARGIN) -
         Duration.toMillis(settings.retryBackoffMax),

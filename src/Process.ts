@@ -83,23 +83,47 @@ const SIGNALS: ReadonlyArray<Signal> = ["SIGTERM", "SIGINT"]
 const LAUNCHER_POLL = Duration.seconds(1)
 
 /**
- * Completes once the launcher (the parent when the process started) has exited: the parent is
- * then another, the init or subreaper that adopted the orphan. Never for PID 1, nor under a
- * parent that is PID 1 or outside the PID namespace (0): an init (a container's tini or
- * dumb-init, systemd) outlives what it starts, and an orphan already has no launcher to lose.
+ * Completes once the launcher (the parent when the process started) has exited, when it is a
+ * package runner: the parent is then another, the init or subreaper that adopted the orphan. A
+ * package runner (`npx`, `npm start`, `deno task`) may end without passing a signal on, and the
+ * worker would run on unseen; any other launcher left it on purpose or outlives it: `nohup … &`
+ * and `setsid` detach it from a shell that exits, and a supervisor (or a container's init, or any
+ * PID 1) stops it itself. Never for PID 1, nor under a parent that is PID 1 or outside the PID
+ * namespace (0): an orphan already has no launcher to lose.
  */
 const launcherExit = (
   pid: number,
   launcher: number,
   parentPid: () => number,
+  packageRunner: () => boolean,
 ): Effect.Effect<void> =>
-  pid === 1 || launcher <= 1 ? Effect.never : Effect.sync(parentPid).pipe(
-    Effect.repeat({
-      schedule: Schedule.spaced(LAUNCHER_POLL),
-      until: (parent) => parent !== launcher,
-    }),
-    Effect.asVoid,
-  )
+  pid === 1 || launcher <= 1
+    ? Effect.never
+    : Effect.suspend(() =>
+      packageRunner()
+        ? Effect.sync(parentPid).pipe(
+          Effect.repeat({
+            schedule: Schedule.spaced(LAUNCHER_POLL),
+            until: (parent) => parent !== launcher,
+          }),
+          Effect.asVoid,
+        )
+        : Effect.never
+    )
+
+/**
+ * Whether a package runner started the process: npm, npx, pnpm, yarn, bun and `deno task` each
+ * say who they are in `npm_config_user_agent` (npm's scripts also in `npm_lifecycle_event`).
+ */
+const startedByPackageRunner = (): boolean => {
+  try {
+    return process.env.npm_config_user_agent !== undefined ||
+      process.env.npm_lifecycle_event !== undefined
+  } catch {
+    // Deno without the permission to read them: no runner that the SDK can tell.
+    return false
+  }
+}
 
 /**
  * The stops to come, for as long as the scope lives: `subscribe` delivers the signals, and the
@@ -264,7 +288,7 @@ const processService = Process.of({
         ),
         (listeners) => Effect.sync(() => listeners.forEach((off) => off())),
       ),
-    launcherExit(process.pid, LAUNCHER, () => process.ppid),
+    launcherExit(process.pid, LAUNCHER, () => process.ppid, startedByPackageRunner),
   ),
   argv: process.argv.slice(2),
   stdinLines: Stream.suspend(() =>
@@ -358,15 +382,20 @@ export const makeTest = (options: {
   readonly cwd?: string
   readonly parentPid?: (() => number) | undefined
   readonly pid?: number | undefined
+  /** Whether the launcher is a package runner, whose exit is a stop (default `true`). */
+  readonly packageRunner?: boolean | undefined
 } = {}): Effect.Effect<TestProcess> =>
   Effect.gen(function* () {
     const listeners = new Set<(signal: Signal) => void>()
     const out = yield* Ref.make<ReadonlyArray<string>>([])
     const err = yield* Ref.make<ReadonlyArray<string>>([])
     const { parentPid } = options
-    const launcherExited = parentPid === undefined
-      ? Effect.never
-      : launcherExit(options.pid ?? 1000, parentPid(), parentPid)
+    const launcherExited = parentPid === undefined ? Effect.never : launcherExit(
+      options.pid ?? 1000,
+      parentPid(),
+      parentPid,
+      () => options.packageRunner ?? true,
+    )
     return {
       process: Process.of({
         signals: stopsIn(

@@ -3,7 +3,8 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, type LogLevel } from "effect"
+import { type Context, Effect, Fiber, type LogLevel, References } from "effect"
+import { taskStore } from "./internal/taskStore.ts"
 
 /**
  * A progress report: an Effect for Effect handlers (`yield* ctx.progress(0.5)`), and a
@@ -38,6 +39,17 @@ export interface TaskContext {
   readonly deliveries: number
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
+  /**
+   * When the task's time limit ends, in milliseconds since the epoch by the worker's clock
+   * (`Date.now()`'s): a handler that can stop early with a partial result does so before it,
+   * as `signal` fires at it. `Infinity` for a context made without one. Since 0.3.0.
+   */
+  readonly deadline: number
+  /**
+   * The worker running the task: `HOSTNAME` (what `started` tells the platform; the pod's name
+   * under Kubernetes) and the process id, as `count-words-7d9f:1`. Since 0.3.0.
+   */
+  readonly workerId: string
   /**
    * Fires when the task must stop: its time limit, a lost lease, or shutdown. Effect handlers
    * are interrupted as well; `async` handlers should pass it on (to `fetch`, child processes).
@@ -109,6 +121,10 @@ export interface TaskInfo {
   readonly deliveries?: number | undefined
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
+  /** When the time limit ends (ms since the epoch); none: `Infinity`. Since 0.3.0. */
+  readonly deadline?: number | undefined
+  /** The worker's id; none: `"test"`. Since 0.3.0. */
+  readonly workerId?: string | undefined
 }
 
 /**
@@ -144,6 +160,8 @@ class Live implements TaskContext {
   readonly deliveries: number
   readonly clientId: string | undefined
   readonly inputRefs: ReadonlyArray<string>
+  readonly deadline: number
+  readonly workerId: string
   readonly progress: TaskContext["progress"]
   readonly #makeLogger: (info: TaskInfo) => TaskLogger
   #controller: AbortController | undefined = undefined
@@ -161,6 +179,8 @@ class Live implements TaskContext {
     this.deliveries = info.deliveries ?? info.attempt
     this.clientId = info.clientId
     this.inputRefs = info.inputRefs
+    this.deadline = info.deadline ?? Number.POSITIVE_INFINITY
+    this.workerId = info.workerId ?? "test"
     this.progress = progress
     this.#makeLogger = makeLogger
   }
@@ -199,4 +219,38 @@ export const make = (
 ): { readonly context: TaskContext; readonly abort: (reason: string) => void } => {
   const context = new Live(info, progress, makeLogger)
   return { context, abort: (reason) => Live.abort(context, reason) }
+}
+
+/**
+ * The fields every line about a task carries, as the worker's own lines name them.
+ *
+ * @since 0.3.0
+ * @category logging
+ */
+export interface LogFields {
+  readonly task_id: string
+  readonly service: string
+  readonly attempt?: number
+}
+
+/**
+ * The task being run where this is called, as its log fields: a library's logger (pino's
+ * `mixin`, a winston format, a `console` wrapper) adds them to its lines as the worker's own
+ * lines have them. `{}` outside a task. Read from the running fiber's log annotations (an Effect
+ * handler, and the fibers it forks), else from the async context the engine runs the handler
+ * in (an `async` handler's awaits and callbacks, an Effect handler's Promises).
+ *
+ * @since 0.3.0
+ * @category logging
+ */
+export const logFields = (): Partial<LogFields> => {
+  const annotations = Fiber.getCurrent()?.getRef(References.CurrentLogAnnotations)
+  const found = annotations?.task_id !== undefined ? annotations : taskStore.getStore()
+  if (found === undefined) return {}
+  const fields: { task_id: string; service: string; attempt?: number } = {
+    task_id: found.task_id as string,
+    service: found.service as string,
+  }
+  if (found.attempt !== undefined) fields.attempt = found.attempt as number
+  return fields
 }

@@ -371,3 +371,27 @@ export const make = <A, I, O, R = never, E = never, RL = never, RIn = never>(
     if (result._tag === "Failure") throw result.failure
     return result.success
   })
+
+/**
+ * A definition to share between workers, or between a worker and its tests, typed as it is
+ * written: `Worker.make({ ...shared, name: "fixed", concurrency: 8 })`. An object literal of its
+ * own (`const shared = { … } as const`) would leave the handler's parameters untyped, as nothing
+ * tells them their types until `make` is called. The name may wait for `make`.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type SharedDefinition<A, I, O, R, E = unknown, RL = never, RIn = never> =
+  & Omit<WorkerDefinition<A, I, O, R, E, RL, RIn>, "name">
+  & { readonly name?: string | undefined }
+
+/**
+ * Types a definition written apart from `make` (see {@link SharedDefinition}); checked only when
+ * `make` is given it.
+ *
+ * @since 0.3.0
+ * @category constructors
+ */
+export const define = <A, I, O, R = never, E = never, RL = never, RIn = never>(
+  definition: SharedDefinition<A, I, O, R, E, RL, RIn>,
+): SharedDefinition<A, I, O, R, E, RL, RIn> => definition

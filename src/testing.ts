@@ -88,6 +88,13 @@ export interface HarnessOptions {
    * `TestClock.adjust`; `"ambient"` uses the caller's clock (a `TestClock` in `it.effect`).
    */
   readonly clock?: "live" | "ambient"
+  /**
+   * The handler's and the hooks' services in this test, built instead of the definition's own
+   * `layer` (which is then never built): fakes of a database or a client. It provides the
+   * worker's requirements too, so that a worker made without its `layer` can be tested.
+   * Since 0.3.0.
+   */
+  readonly layer?: Layer.Layer<any, unknown, never> | undefined
 }
 
 /**
@@ -228,10 +235,15 @@ const readSettings = <A, I, O, R>(
  * @since 0.1.0
  * @category constructors
  */
-export const make = <A, I, O, R>(
+export const make = <A, I, O, R, ROut = never>(
   worker: Worker<A, I, O, R>,
-  options: HarnessOptions = {},
-): Effect.Effect<WorkerHarness<I, O>, SettingsError | ServicesError, Scope.Scope | R> =>
+  options: HarnessOptions & { readonly layer?: Layer.Layer<ROut, unknown, never> | undefined } = {},
+): Effect.Effect<
+  WorkerHarness<I, O>,
+  SettingsError | ServicesError,
+  Scope.Scope | Exclude<R, ROut>
+> =>
+  // What the test's layer provides is out of `R`: the layer is built beneath the program.
   Effect.gen(function* () {
     const settings = yield* readSettings(worker, options)
     // The worker's log settings and the harness's clock, for the engine's lines and the
@@ -259,8 +271,13 @@ export const make = <A, I, O, R>(
     // The worker program every runner uses; the harness hands it each delivery itself.
     const program = yield* asWorker(Layer.build(
       WorkerProgram.layer(worker).pipe(
-        // The definition's services, as every runner builds them (`Worker.make({ layer })`).
-        Layer.provideMerge(WorkerProgram.layerServices(worker)),
+        // The definition's services, as every runner builds them (`Worker.make({ layer })`),
+        // or the test's instead.
+        Layer.provideMerge(
+          WorkerProgram.layerServices(
+            options.layer === undefined ? worker : { ...worker, layer: options.layer },
+          ),
+        ),
         Layer.provide(Layer.succeed(Settings.Settings, settings)),
         Layer.provide(Layer.succeed(Transport, transport)),
       ),
@@ -311,7 +328,11 @@ export const make = <A, I, O, R>(
         }),
     }
     return harness
-  })
+  }) as Effect.Effect<
+    WorkerHarness<I, O>,
+    SettingsError | ServicesError,
+    Scope.Scope | Exclude<R, ROut>
+  >
 
 /**
  * A harness for `async` tests, for a worker whose input is `I` as encoded (the `data.body` the
@@ -338,12 +359,29 @@ export interface AsyncWorkerHarness<I = unknown, O = unknown> extends AsyncDispo
  * @since 0.1.0
  * @category constructors
  */
-export const start = async <A, I, O>(
-  worker: Worker<A, I, O, never>,
+export const start: {
+  <A, I, O>(
+    worker: Worker<A, I, O, never>,
+    options?: Omit<HarnessOptions, "clock">,
+  ): Promise<AsyncWorkerHarness<I, O>>
+  /** A worker that requires services: the test's `layer` provides them. */
+  <A, I, O, R>(
+    worker: Worker<A, I, O, R>,
+    options: Omit<HarnessOptions, "clock" | "layer"> & {
+      readonly layer: Layer.Layer<R, unknown, never>
+    },
+  ): Promise<AsyncWorkerHarness<I, O>>
+} = async <A, I, O>(
+  worker: Worker<A, I, O, unknown>,
   options: Omit<HarnessOptions, "clock"> = {},
 ): Promise<AsyncWorkerHarness<I, O>> => {
   const scope = Scope.makeUnsafe()
-  const harness = await Effect.runPromise(Scope.provide(make(worker, options), scope))
+  const made = make(worker, options) as Effect.Effect<
+    WorkerHarness<I, O>,
+    SettingsError | ServicesError,
+    Scope.Scope
+  >
+  const harness = await Effect.runPromise(Scope.provide(made, scope))
   const run = <X>(effect: Effect.Effect<X>) => Effect.runPromise(effect)
   const close = () => run(Scope.close(scope, Exit.void))
   return {
@@ -398,6 +436,8 @@ export const makeTaskContext = (info: Partial<TaskContext.TaskInfo> = {}): {
       deliveries: info.deliveries,
       clientId: info.clientId,
       inputRefs: info.inputRefs ?? [],
+      deadline: info.deadline,
+      workerId: info.workerId,
     },
     (fraction, payload) =>
       TaskContext.awaitable(

@@ -1652,7 +1652,9 @@ describe("DeliveryEngine", () => {
   describe("the task context", () => {
     it.effect("taskId, attempt, deliveryLimit, clientId and inputRefs reach the handler", () =>
       Effect.gen(function* () {
-        let seen: Omit<TaskContext, "signal" | "progress" | "logger"> | undefined
+        let seen:
+          | Omit<TaskContext, "signal" | "progress" | "logger" | "deadline" | "workerId">
+          | undefined
         const worker = define(async (_input, ctx) => {
           await Promise.resolve()
           seen = {

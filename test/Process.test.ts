@@ -70,6 +70,22 @@ describe("Process", () => {
         expect(yield* Queue.size(stops)).toBe(0)
       }))
 
+    it.effect("is no stop when the launcher is not a package runner: nohup, setsid, a supervisor", () =>
+      Effect.gen(function* () {
+        const launcher = parent(4242)
+        const test = yield* Process.makeTest({
+          parentPid: launcher.parentPid,
+          packageRunner: false,
+        })
+        const stops = yield* test.process.signals
+        // The shell that ran `nohup … &` exits: the worker was detached from it on purpose.
+        launcher.state.pid = 1
+        yield* TestClock.adjust("1 minute")
+        expect(yield* Queue.size(stops)).toBe(0)
+        yield* test.signal("SIGTERM")
+        expect(yield* Queue.take(stops)).toBe("SIGTERM")
+      }))
+
     it.effect("is seen at once when the launcher was gone before the watch began", () =>
       Effect.gen(function* () {
         const launcher = parent(4242)

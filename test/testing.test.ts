@@ -1,6 +1,17 @@
 import process from "node:process"
 import { describe, expect, it, vi } from "@effect/vitest"
-import { Context, Duration, Effect, Exit, Layer, Logger, type LogLevel, Schema } from "effect"
+import {
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Logger,
+  type LogLevel,
+  Schema,
+} from "effect"
+import { TestClock } from "effect/testing"
 import { FatalError, RetryableError } from "../src/WorkerError.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
@@ -320,5 +331,102 @@ describe("WorkerHarness", () => {
           expect(both.settings.logLevel).toBe("None")
         })
       ))
+  })
+})
+
+/** A service the handler below requires: a directory of users. */
+class Directory extends Context.Service<Directory, {
+  readonly nameOf: (id: string) => Effect.Effect<string>
+}>()("test/Directory") {}
+
+/** A definition written apart from `make`, as a worker and its tests share it. */
+const greeting = Worker.define({
+  input: Schema.Struct({ id: Schema.String }),
+  output: Schema.Struct({ greeting: Schema.String }),
+  timeout: "5 seconds",
+  // Typed by `define`: `input.id` is a string, the Effect requires the Directory.
+  handler: (input) =>
+    Effect.gen(function* () {
+      const directory = yield* Directory
+      return { greeting: `Hello, ${yield* directory.nameOf(input.id)}` }
+    }),
+  onIdle: Effect.void,
+})
+
+const fakeDirectory = Layer.succeed(Directory, {
+  nameOf: (id) => Effect.succeed(`fake ${id}`),
+})
+
+describe("a harness given the services of the test", () => {
+  it("provides a worker's requirements: a worker made without its layer", async () => {
+    const worker = Worker.make({ ...greeting, name: "greeting" })
+    await using harness = await WorkerHarness.start(worker, { layer: fakeDirectory })
+    const run = await harness.submit({ id: "ada" })
+    run.assertSucceeded()
+    expect(run.response).toEqual({ greeting: "Hello, fake ada" })
+  })
+
+  it("replaces the definition's own layer, which is never built", async () => {
+    let built = 0
+    const live = Layer.effect(Directory)(Effect.sync(() => {
+      built++
+      return { nameOf: (id: string) => Effect.succeed(`live ${id}`) }
+    }))
+    const worker = Worker.make({ ...greeting, name: "greeting", layer: live })
+    await using harness = await WorkerHarness.start(worker, { layer: fakeDirectory })
+    const run = await harness.submit({ id: "ada" })
+    expect(run.response).toEqual({ greeting: "Hello, fake ada" })
+    expect(built).toBe(0)
+    // Without the test's layer, the definition's own is the one built.
+    await using own = await WorkerHarness.start(worker)
+    expect((await own.submit({ id: "ada" })).response).toEqual({ greeting: "Hello, live ada" })
+    expect(built).toBe(1)
+  })
+
+  it.effect("make: the test's layer takes the service out of the harness's requirements", () =>
+    Effect.gen(function* () {
+      const worker = Worker.make({ ...greeting, name: "greeting" })
+      const harness = yield* WorkerHarness.make(worker, { layer: fakeDirectory })
+      const run = yield* harness.submit({ id: "grace" })
+      expect(run.response).toEqual({ greeting: "Hello, fake grace" })
+    }).pipe(Effect.scoped))
+})
+
+describe("a task's deadline and worker id", () => {
+  it.effect("ctx.deadline is when its time limit ends; ctx.workerId is HOSTNAME and the process id", () =>
+    Effect.gen(function* () {
+      const seen: Array<{ now: number; deadline: number; workerId: string }> = []
+      const timed = Worker.make({
+        name: "deadline",
+        input: Schema.Struct({}),
+        output: Schema.Struct({}),
+        timeout: "90 seconds",
+        handler: (_, ctx) =>
+          Effect.map(Clock.currentTimeMillis, (now) => {
+            seen.push({ now, deadline: ctx.deadline, workerId: ctx.workerId })
+            return {}
+          }),
+      })
+      yield* TestClock.adjust("1 hour")
+      const harness = yield* WorkerHarness.make(timed, {
+        clock: "ambient",
+        settingsOverrides: { hostname: "count-words-7d9f" },
+      })
+      ;(yield* harness.submit({})).assertSucceeded()
+      // WORKER_TASK_TIMEOUT_S wins over the definition's, and so moves the deadline.
+      const shorter = yield* WorkerHarness.make(timed, {
+        clock: "ambient",
+        settingsOverrides: { taskTimeout: "10 seconds" },
+      })
+      ;(yield* shorter.submit({})).assertSucceeded()
+      expect(seen.map(({ deadline, now }) => deadline - now)).toEqual([90_000, 10_000])
+      expect(seen[0]!.now).toBe(3_600_000)
+      expect(seen[0]!.workerId).toBe(`count-words-7d9f:${process.pid}`)
+    }).pipe(Effect.scoped))
+
+  it("a context made to call a handler directly has no deadline unless given one", () => {
+    expect(WorkerHarness.makeTaskContext().ctx.deadline).toBe(Number.POSITIVE_INFINITY)
+    const { ctx } = WorkerHarness.makeTaskContext({ deadline: 1_000, workerId: "w-1" })
+    expect([ctx.deadline, ctx.workerId]).toEqual([1_000, "w-1"])
   })
 })

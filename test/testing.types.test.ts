@@ -4,7 +4,7 @@
  * wire with its `output` schema. The `@ts-expect-error` lines are checked by `deno check`.
  */
 import { describe, expect, expectTypeOf, it } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
 
@@ -91,6 +91,37 @@ describe("the harness's types", () => {
     const refuse = () =>
       // @ts-expect-error: Effect's level is what `settingsOverrides.logLevel` takes
       WorkerHarness.start(worker, { logLevel: "Info" })
+    expect(refuse).toBeTypeOf("function")
+  })
+
+  it("a shared definition keeps its handler's types, and a worker's requirements need the test's layer", async () => {
+    class Clock extends Context.Service<Clock, { readonly now: Effect.Effect<number> }>()(
+      "types/Clock",
+    ) {}
+    const shared = Worker.define({
+      input: Schema.Struct({ text: Schema.String }),
+      output: Schema.Struct({ at: Schema.Number }),
+      timeout: "5 seconds",
+      handler: (input) => {
+        expectTypeOf(input).toEqualTypeOf<{ readonly text: string }>()
+        return Effect.gen(function* () {
+          const clock = yield* Clock
+          return { at: yield* clock.now }
+        })
+      },
+      onIdle: () => undefined,
+    })
+    const needsClock = Worker.make({ ...shared, name: "needs-clock" })
+    expectTypeOf<Worker.Requirements<typeof needsClock>>().toEqualTypeOf<Clock>()
+    const fixed = Layer.succeed(Clock, { now: Effect.succeed(7) })
+    await using harness = await WorkerHarness.start(needsClock, { layer: fixed })
+    expect((await harness.submit({ text: "a" })).response).toEqual({ at: 7 })
+    const refuse = () => {
+      // @ts-expect-error: the worker requires a Clock, which nothing gives
+      void WorkerHarness.start(needsClock)
+      // @ts-expect-error: a layer of another service
+      void WorkerHarness.start(needsClock, { layer: Layer.empty })
+    }
     expect(refuse).toBeTypeOf("function")
   })
 })

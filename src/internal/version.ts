@@ -1,2 +1,2 @@
 /** The SDK's version, as in `package.json` (a test keeps the two equal). */
-export const VERSION = "0.2.0"
+export const VERSION = "0.3.0"

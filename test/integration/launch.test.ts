@@ -268,9 +268,10 @@ describe("Worker.launch", () => {
   it(
     "the launcher's exit: an orphan drains as on SIGTERM and exits 0 within its shutdown bound",
     async () => {
-      // A launcher that passes no signal on, as npx: killed, it leaves the app to the init.
+      // A launcher that passes no signal on, as npx: killed, it leaves the app to the init. It
+      // says it is a package runner as npx does.
       const { child, app, inQueue, started } = launch(
-        { WORKER_SHUTDOWN_GRACE_S: "5" },
+        { WORKER_SHUTDOWN_GRACE_S: "5", npm_config_user_agent: "npm/10.9.2 node/v24.22.3" },
         ["sh", "-c", '"$@" & wait', "launcher"],
       )
       await started()
@@ -292,6 +293,32 @@ describe("Worker.launch", () => {
         "journal closed",
         "exit 0",
       ])
+    },
+    60_000,
+  )
+
+  it(
+    "a launcher that is not a package runner (nohup … &, setsid, a supervisor): its exit is no stop",
+    async () => {
+      const { child, app, inQueue, outQueue, started } = launch(
+        { WORKER_SHUTDOWN_GRACE_S: "5" },
+        ["nohup", "sh", "-c", '"$@" & wait', "launcher"],
+      )
+      await started()
+      signal(child, "SIGKILL")
+      // Three of the watch's polls, then a task: the worker is still serving.
+      await sleep(3_000)
+      broker.publish(inQueue, broker.envelope("t-c", { id: "c", millis: 100 }))
+      await broker.confirmed()
+      await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
+      expect(app.logged("The process that started the worker has exited: shutting down")).toBe(
+        false,
+      )
+      expect(app.events().some((event) => event.startsWith("exit "))).toBe(false)
+      // Stopped as a supervisor would: SIGTERM to its pid, which its own line gives.
+      const pid = app.events().find((event) => event.startsWith("pid "))!.slice("pid ".length)
+      process.kill(Number(pid), "SIGTERM")
+      await app.waitFor("exit", () => app.events().includes("exit 0"), 22_000)
     },
     60_000,
   )

@@ -115,6 +115,8 @@ export interface EngineContext<A, O, R> {
   readonly tracing: Tracing | undefined
   /** The log annotations of every delivery of the worker (`service`). */
   readonly baseAnnotations: Readonly<Record<string, unknown>>
+  /** The tasks' `workerId`: `HOSTNAME` and the process id. */
+  readonly workerId: string
   readonly timeoutMillis: number
   /** How long a delivery may be held, from when it is taken: the lease less its margins. */
   readonly holdMillis: number

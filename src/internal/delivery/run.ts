@@ -4,11 +4,12 @@
  * shared timers, not a fiber or a race per delivery (see `bench/engine.ts`): stopping the handler
  * interrupts the delivery's fiber itself.
  */
-import { Cause, Effect, Exit, Scope } from "effect"
+import { Cause, Effect, Exit, References, Scope } from "effect"
 import type { TaskProgress } from "../../ProgressThrottle.ts"
 import type { Envelope } from "../../Protocol.ts"
 import * as TaskContext from "../../TaskContext.ts"
 import type { Lease } from "../../Transport.ts"
+import { type TaskAnnotations, taskStore } from "../taskStore.ts"
 import type { LeaseLost } from "../../WorkerError.ts"
 import { classify, type Verdict } from "./conclude.ts"
 import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
@@ -19,6 +20,8 @@ import type { Task } from "./plan.ts"
 /** What a handler call gave: its work as an Effect, and an `async` handler's Promise. */
 interface Invoked<R> {
   readonly effect: Effect.Effect<unknown, unknown, R>
+  /** An Effect handler's: its work runs on the delivery's fiber, in the task's async context. */
+  readonly handlerEffect?: true
   readonly promise?: Promise<unknown>
   /** The handler threw as it was called: its defect is its own. */
   readonly threw?: true
@@ -28,26 +31,42 @@ interface Invoked<R> {
  * Calls the handler now and returns what it gave as an Effect (a throw is a defect, as inside
  * `Effect.suspend`): called by the delivery's own steps, where a suspension would be one more
  * step of every task. An Effect handler's work waits for its Effect to run; an `async` one's
- * starts now, and a shutdown that comes meanwhile interrupts it and fires its signal.
+ * starts now, in the task's async context (`TaskContext.logFields`), which its awaits keep, and
+ * a shutdown that comes meanwhile interrupts it and fires its signal.
  */
 const invoke = <A, O, R>(
   ctx: EngineContext<A, O, R>,
   input: A,
   context: TaskContext.TaskContext,
+  annotations: TaskAnnotations,
 ): Invoked<R> => {
   let result: unknown
   try {
-    result = ctx.worker.handler(input, context)
+    result = taskStore.run(annotations, ctx.worker.handler, input, context)
   } catch (defect) {
     return { effect: Effect.die(defect), threw: true }
   }
   const kind = kindOf(result)
-  if (kind === "effect") return { effect: result as Effect.Effect<unknown, unknown, R> }
+  if (kind === "effect") {
+    return { effect: result as Effect.Effect<unknown, unknown, R>, handlerEffect: true }
+  }
   if (kind === "value") return { effect: Effect.succeed(result) }
   // `Promise.resolve` turns a thenable whose `then` throws into a rejection.
   const promise = Promise.resolve(result)
   return { effect: Effect.tryPromise({ try: () => promise, catch: (e) => e }), promise }
 }
+
+/**
+ * Puts the delivery's fiber in the task's async context until the handler ends, for an Effect
+ * handler's Promises (which run outside the fiber) and what the fiber captures at its
+ * suspensions. `enterWith` changes the context of the code running now: the fiber's resumption,
+ * which Effect runs in the context it captured at the suspension, so the change ends with it.
+ * Only a fiber's first run has no such scope of its own: a delivery reaches its handler there
+ * only when nothing before it waited (the `started` confirm on RabbitMQ always does), and what
+ * runs after it in that turn of the event loop would see the task's fields. A yield to close that
+ * gap would be one more step of every task (`bench/engine.ts`).
+ */
+const enterTaskStore = (annotations: TaskAnnotations): void => taskStore.enterWith(annotations)
 
 /**
  * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
@@ -123,6 +142,7 @@ export function* runHandler<A, O, R>(
 ): Steps<Verdict> {
   const { df, restore, trace } = it
   const lease = it.delivery.lease
+  const startedAt = ctx.clock.currentTimeMillisUnsafe()
   const { abort, context } = TaskContext.make(
     {
       taskId: task.taskId,
@@ -131,6 +151,8 @@ export function* runHandler<A, O, R>(
       deliveries: task.deliveries,
       clientId: envelope.clientId,
       inputRefs: envelope.inputRefs ?? [],
+      deadline: startedAt + ctx.timeoutMillis,
+      workerId: ctx.workerId,
     },
     progressOf(ctx, task, lease, taskScope),
     ctx.loggerFor,
@@ -151,15 +173,18 @@ export function* runHandler<A, O, R>(
   // The handler's span goes where its own `Effect.withSpan` finds its parent: the fiber's
   // context, set for the task already (a traced delivery only).
   if (trace !== undefined) enterSpan(df.fiber, trace.startHandler())
-  const startedAt = ctx.clock.currentTimeMillisUnsafe()
   const timeLimit = ctx.timers.after(ctx.timeoutMillis, stop)
   const release = ctx.renewal.holdUnsafe(lease, stop)
   let invoked: Invoked<R> | undefined
   let exit: Exit.Exit<unknown, unknown>
+  const annotations = df.fiber.getRef(References.CurrentLogAnnotations)
   try {
     // A lease lost already (while `started` awaited its confirm) is heard at once: the handler
     // is not called at all.
-    invoked = stoppedWith === undefined ? invoke(ctx, input, context) : { effect: Effect.interrupt }
+    invoked = stoppedWith === undefined
+      ? invoke(ctx, input, context, annotations)
+      : { effect: Effect.interrupt }
+    if (invoked.handlerEffect) enterTaskStore(annotations)
     exit = yield* Effect.exit(restore(invoked.effect as Effect.Effect<unknown, unknown>))
   } finally {
     // Whatever happened, this task's timer and lease hold end here: left armed, they would stop
@@ -167,6 +192,7 @@ export function* runHandler<A, O, R>(
     running = false
     timeLimit.cancel()
     release()
+    if (invoked?.handlerEffect) taskStore.enterWith(undefined as unknown as TaskAnnotations)
   }
   trace?.endHandler(exit)
   // A result after the deadline (the handler blocked the event loop past it, so the timer could

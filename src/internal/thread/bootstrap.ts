@@ -6,8 +6,13 @@
  * A `FatalError` or `RetryableError` is known by its `_tag`, as the engine knows it, so that the
  * module may throw the SDK's classes or any object that says what it is.
  */
+import { TASK_STORE_KEY } from "../taskStore.ts"
+
 export const BOOTSTRAP = `
 const { parentPort, workerData } = require("node:worker_threads")
+const { AsyncLocalStorage } = require("node:async_hooks")
+// The SDK's task store, as src/internal/taskStore.ts keeps it: TaskContext.logFields reads it.
+const taskStore = (globalThis[Symbol.for("${TASK_STORE_KEY}")] ??= new AsyncLocalStorage())
 
 const describe = (e) => {
   if (e !== null && typeof e === "object" && (e._tag === "FatalError" || e._tag === "RetryableError")) {
@@ -70,7 +75,7 @@ parentPort.on("message", async (message) => {
   }
   try {
     await loading
-    const output = await handler(message.input, ctx)
+    const output = await taskStore.run(message.fields, handler, message.input, ctx)
     if (!post({ type: "done", task, output })) {
       throw new Error("The handler's result cannot leave its thread (a function, a class instance's methods, a symbol)")
     }

@@ -9,7 +9,7 @@
 import { Worker as NodeWorker } from "node:worker_threads"
 import { Context, Duration, Effect, Queue } from "effect"
 import type { Scope } from "effect"
-import type { TaskContext } from "../../TaskContext.ts"
+import { logFields, type TaskContext } from "../../TaskContext.ts"
 import { FatalError, RetryableError, WorkerDefinitionError } from "../../WorkerError.ts"
 import { BOOTSTRAP } from "./bootstrap.ts"
 import type { ThreadSpec } from "./spec.ts"
@@ -145,6 +145,8 @@ const post = (thread: PoolThread, input: unknown, ctx: TaskContext) =>
         task: thread.tasks,
         input,
         context: contextOf(ctx),
+        // The task's log fields, for a library logging in the thread (`TaskContext.logFields`).
+        fields: logFields(),
       }),
     catch: (error) =>
       new Error(`The task's input cannot cross to its thread: ${(error as Error).message}`),
@@ -174,6 +176,8 @@ const contextOf = (ctx: TaskContext) => ({
   deliveries: ctx.deliveries,
   clientId: ctx.clientId,
   inputRefs: [...ctx.inputRefs],
+  deadline: ctx.deadline,
+  workerId: ctx.workerId,
 })
 
 /** A pool of threads running a threaded handler. */

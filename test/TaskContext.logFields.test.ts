@@ -1,0 +1,161 @@
+/**
+ * `TaskContext.logFields` through pino, as a Node team logs: a `mixin` puts the running task's
+ * `task_id`, `service` and `attempt` on the lines of a library logging inside a handler, wherever
+ * the handler's code runs (an `async` handler's awaits and timers, an Effect handler's fibers and
+ * Promises, a thread), and on no line outside a task.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber, Schema } from "effect"
+import process from "node:process"
+import pino from "pino"
+import { logFields } from "../src/TaskContext.ts"
+import * as WorkerHarness from "../src/testing.ts"
+import * as Thread from "../src/Thread.ts"
+import * as Worker from "../src/Worker.ts"
+import type { Handler } from "../src/WorkerDefinition.ts"
+
+/** A pino logger with the task's fields mixed in, writing its JSON lines to `lines`. */
+const logging = () => {
+  const lines: Array<Record<string, unknown>> = []
+  const logger = pino({ base: null, timestamp: false, mixin: logFields }, {
+    write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>),
+  })
+  const said = (msg: string) => lines.filter((line) => line.msg === msg)
+  return { logger, lines, said }
+}
+
+const Input = Schema.Struct({ n: Schema.Number })
+const Output = Schema.Struct({ n: Schema.Number })
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+/** A worker of `handler`, as each test below defines one. */
+const defined = (name: string, handler: Handler<typeof Input.Type, typeof Output.Type, never>) =>
+  Worker.make({ name, input: Input, output: Output, timeout: "5 seconds", handler })
+
+const fieldsOf = (taskId: string, service: string, attempt = 1) => ({
+  task_id: taskId,
+  service,
+  attempt,
+})
+
+describe("TaskContext.logFields", () => {
+  it("an async handler's lines carry them, after its awaits and in its timers' callbacks", async () => {
+    const { logger, said } = logging()
+    const worker = defined("fields-async", async ({ n }) => {
+      logger.info("start")
+      await sleep(n)
+      logger.info("after an await")
+      await new Promise<void>((resolve) =>
+        setTimeout(() => {
+          logger.info("in a timer")
+          resolve()
+        }, 1)
+      )
+      return { n }
+    })
+    await using harness = await WorkerHarness.start(worker)
+    // Two tasks at once, their awaits interleaved: each line carries its own task.
+    const [a, b] = await Promise.all([
+      harness.submit({ n: 20 }, { taskId: "a" }),
+      harness.submit({ n: 1 }, { taskId: "b", deliveryCount: 2 }),
+    ])
+    a.assertSucceeded()
+    b.assertSucceeded()
+    for (const msg of ["start", "after an await", "in a timer"]) {
+      expect(said(msg).map(({ task_id, service, attempt }) => ({ task_id, service, attempt })))
+        .toEqual(expect.arrayContaining([
+          fieldsOf("a", "fields-async"),
+          fieldsOf("b", "fields-async", 3),
+        ]))
+      expect(said(msg)).toHaveLength(2)
+    }
+    logger.info("outside")
+    expect(said("outside")[0]).not.toHaveProperty("task_id")
+  })
+
+  it("an Effect handler's lines carry them: in its code, its forked fibers and its Promises", async () => {
+    const { logger, said } = logging()
+    const worker = defined("fields-effect", ({ n }) =>
+      Effect.gen(function* () {
+        logger.info("in the handler")
+        const forked = yield* Effect.forkChild(
+          Effect.andThen(Effect.sleep(2), Effect.sync(() => logger.info("in a forked fiber"))),
+        )
+        yield* Effect.promise(async () => {
+          await sleep(n)
+          logger.info("in a Promise, after an await")
+        })
+        yield* Fiber.join(forked)
+        return { n }
+      }))
+    await using harness = await WorkerHarness.start(worker)
+    const [a, b] = await Promise.all([
+      harness.submit({ n: 20 }, { taskId: "a" }),
+      harness.submit({ n: 1 }, { taskId: "b" }),
+    ])
+    a.assertSucceeded()
+    b.assertSucceeded()
+    for (const msg of ["in the handler", "in a forked fiber", "in a Promise, after an await"]) {
+      expect(said(msg).map((line) => line.task_id).sort(), msg).toEqual(["a", "b"])
+      expect(said(msg)[0]).toMatchObject({ service: "fields-effect", attempt: 1 })
+    }
+  })
+
+  it("code outside the task sees none, in the turn the handler suspended in and after", async () => {
+    const { logger, said } = logging()
+    const worker = defined(
+      "fields-outside",
+      ({ n }) => Effect.promise(() => sleep(n).then(() => ({ n }))),
+    )
+    await using harness = await WorkerHarness.start(worker)
+    const run = harness.submit({ n: 30 }, { taskId: "a" })
+    // Run by Effect's scheduler in the turn the delivery's fiber runs and suspends in.
+    const fiber = Effect.runFork(Effect.sync(() => logger.info("a fiber of the test's")))
+    const later = new Promise<void>((resolve) =>
+      setTimeout(() => {
+        logger.info("a timer of the test's")
+        resolve()
+      }, 10)
+    )
+    logger.info("the test, as the task starts")
+    await later
+    ;(await run).assertSucceeded()
+    logger.info("the test, after the task")
+    await Effect.runPromise(Fiber.await(fiber))
+    expect(said("a fiber of the test's")).toHaveLength(1)
+    expect(said("a fiber of the test's")[0]).not.toHaveProperty("task_id")
+    expect(said("a timer of the test's")[0]).not.toHaveProperty("task_id")
+    expect(said("the test, as the task starts")[0]).not.toHaveProperty("task_id")
+    expect(said("the test, after the task")[0]).not.toHaveProperty("task_id")
+  })
+
+  it("a threaded handler's module finds them on its thread", async () => {
+    const Fields = Schema.Struct({
+      task_id: Schema.String,
+      service: Schema.String,
+      attempt: Schema.Number,
+      workerId: Schema.String,
+      deadlineIn: Schema.Number,
+    })
+    const worker = Worker.make({
+      name: "fields-thread",
+      input: Input,
+      output: Fields,
+      timeout: "20 seconds",
+      handler: Thread.handler<typeof Input.Type, typeof Fields.Type>(
+        new URL("./fixtures/threads/fields.mjs", import.meta.url),
+        "fields",
+      ),
+    })
+    await using harness = await WorkerHarness.start(worker, {
+      settingsOverrides: { hostname: "pod-1" },
+    })
+    const run = await harness.submit({ n: 1 }, { taskId: "on-a-thread", deliveryCount: 1 })
+    run.assertSucceeded()
+    const { deadlineIn, workerId, ...fields } = run.response!
+    expect(fields).toEqual(fieldsOf("on-a-thread", "fields-thread", 2))
+    // The context's plain values cross too.
+    expect(workerId).toBe(`pod-1:${process.pid}`)
+    expect(deadlineIn).toBeGreaterThan(0)
+    expect(deadlineIn).toBeLessThanOrEqual(20_000)
+  }, 30_000)
+})
