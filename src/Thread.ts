@@ -95,7 +95,8 @@ const urlOf = (module: URL | string): string => {
  * A handler that runs `exportName` of `module` on a thread of the worker's pool: a function
  * `(input, ctx: ThreadContext) => output`, synchronous or `async`, that may throw `FatalError` or
  * `RetryableError` (their meaning kept across the thread's boundary; a `RetryableError`'s
- * `delay` as seconds or a duration's text). The input, the output and progress payloads cross by
+ * `delay` as seconds or a duration's text); any other error reaches the definition's `retryOn`
+ * rebuilt (see `Transient.Rule`). The input, the output and progress payloads cross by
  * structured clone. Throws `WorkerDefinitionError` for a relative module path or an invalid
  * option; a module that cannot load, or has no such export, fails the worker's start.
  *

@@ -11,6 +11,7 @@ import { kindOf } from "./internal/delivery/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
 import { specOf, type ThreadSpec } from "./internal/thread/spec.ts"
 import type { TaskContext } from "./TaskContext.ts"
+import type * as Transient from "./Transient.ts"
 import {
   type ConcurrencyError,
   type FatalError,
@@ -21,7 +22,7 @@ import {
 /**
  * A handler: an Effect (failing with `FatalError` or `RetryableError`, and requiring `R`), or
  * an `async` function (throwing them). Anything else it fails or throws with is an
- * `INTERNAL_ERROR`.
+ * `INTERNAL_ERROR`, unless the definition's `retryOn` says it is transient.
  *
  * @since 0.1.0
  * @category models
@@ -84,6 +85,12 @@ export interface WorkerDefinition<A, I, O, R, E = unknown, RL = never, RIn = nev
   readonly handler: Handler<A, O, R, E>
   /** What the handler's own tagged errors come to; see {@link ErrorMapping}. */
   readonly errors?: ErrorMapping<E> | undefined
+  /**
+   * Which of the handler's ordinary errors are transient (see `Transient.Rule`): retried as a
+   * `RetryableError` without a code would be. Given a list, the first rule that does not answer
+   * `false` decides. Without it, every ordinary error concludes `INTERNAL_ERROR` at once.
+   */
+  readonly retryOn?: Transient.Rule | ReadonlyArray<Transient.Rule> | undefined
   /** Run in order before the worker consumes; a failure stops the process with exit 1. */
   readonly onStartup?: Hook<R> | ReadonlyArray<Hook<R>> | undefined
   /**
@@ -133,6 +140,8 @@ export interface Worker<A, I, O, R> {
   readonly weight: number
   readonly onIdle: Hook<R> | undefined
   readonly handler: Handler<A, O, R>
+  /** The definition's `retryOn`, as a list (empty without it). Since 0.3.0. */
+  readonly retryOn: ReadonlyArray<Transient.Rule>
   /**
    * What a threaded handler (`Thread.handler`) runs: the engine keeps a pool of threads for it.
    * Since 0.3.0.
@@ -205,6 +214,19 @@ const hookList = <R>(
 ): ReadonlyArray<Hook<R>> | undefined => {
   const list = hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks as Hook<R>]
   return list.every(Hooks.isHook) ? list : undefined
+}
+
+const ruleList = (
+  rules: Transient.Rule | ReadonlyArray<Transient.Rule> | undefined,
+): ReadonlyArray<Transient.Rule> | undefined => {
+  const list: ReadonlyArray<unknown> = rules === undefined
+    ? []
+    : Array.isArray(rules)
+    ? rules
+    : [rules]
+  return list.every((rule) => typeof rule === "function")
+    ? list as ReadonlyArray<Transient.Rule>
+    : undefined
 }
 
 type MapError = (error: never) => FatalError | RetryableError
@@ -312,6 +334,13 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
         )
       }
     }
+    const retryOn = ruleList(d.retryOn)
+    if (retryOn === undefined) {
+      return problem(
+        `The worker "${d.name}" has a retryOn that is not a function or a list of functions, ` +
+          "such as Transient.network.",
+      )
+    }
     if (d.layer !== undefined && !Layer.isLayer(d.layer)) {
       return problem(`The worker "${d.name}" has a layer that is not an Effect Layer.`)
     }
@@ -349,6 +378,7 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
       handler: d.errors === undefined
         ? d.handler as Handler<A, O, R>
         : withErrors(d.handler, d.errors as Readonly<Record<string, MapError>>),
+      retryOn,
       thread: specOf(d.handler),
       onStartup: onStartup ?? [],
       onShutdown: onShutdown ?? [],

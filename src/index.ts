@@ -42,6 +42,8 @@ export * as Settings from "./Settings.ts"
 export * as TaskContext from "./TaskContext.ts"
 /** @since 0.3.0 */
 export * as Thread from "./Thread.ts"
+/** @since 0.3.0 */
+export * as Transient from "./Transient.ts"
 /** @since 0.1.0 */
 export * as Transport from "./Transport.ts"
 /** @since 0.1.0 */

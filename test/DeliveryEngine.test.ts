@@ -1,7 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import {
+  Cause,
   Clock,
   Context,
+  Data,
   Deferred,
   Duration,
   Effect,
@@ -25,6 +27,7 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import type { MessageType, WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import type { TaskContext } from "../src/TaskContext.ts"
+import * as Transient from "../src/Transient.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import { type Delivery, Redeliveries, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
@@ -46,7 +49,10 @@ const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.l
 /** A `count-words` worker with the given handler. */
 const define = (
   handler: Worker.Handler<Text, Words, never>,
-  options: { readonly timeout?: Duration.Input } = {},
+  options: {
+    readonly timeout?: Duration.Input
+    readonly retryOn?: Transient.Rule | ReadonlyArray<Transient.Rule>
+  } = {},
 ) =>
   Worker.make({
     name: "count-words",
@@ -54,6 +60,7 @@ const define = (
     output: Words,
     timeout: options.timeout ?? "10 seconds",
     handler,
+    retryOn: options.retryOn,
   })
 
 const counting = define(({ text }) => Effect.succeed({ words: countWords(text) }))
@@ -1034,6 +1041,193 @@ describe("DeliveryEngine", () => {
         expect(yield* at(10, 0.999)).toBeLessThan(60_000)
         expect(yield* at(1, 0.5, "7 seconds")).toBe(7000)
         expect(yield* at(1, 0.5, Duration.minutes(5))).toBe(60_000)
+      }))
+  })
+
+  describe("ordinary errors a definition says are transient (retryOn)", () => {
+    /** Node's error for a connection the other side reset, with a secret in its text. */
+    const reset = () =>
+      Object.assign(new Error("read ECONNRESET (db://admin:hunter2@db)"), { code: "ECONNRESET" })
+
+    /** An `async` handler failing as `text` says: a reset, `fetch` failing on one, or a bug. */
+    const failing = define(async ({ text }) => {
+      await Promise.resolve()
+      if (text === "reset") throw reset()
+      if (text === "fetch") throw new TypeError("fetch failed", { cause: reset() })
+      throw new TypeError("Cannot read properties of undefined (reading 'hunter2')")
+    }, { retryOn: Transient.network })
+
+    it.effect("an ECONNRESET is retried (on its own or as fetch's cause), a TypeError is not", () =>
+      withLogs((logs) =>
+        Effect.gen(function* () {
+          const harness = yield* WorkerHarness.make(failing, LOGGED)
+          for (const text of ["reset", "fetch"]) {
+            const run = yield* harness.submit({ text }, { taskId: `t-${text}` })
+            expect(run.outcome).toBe("REJECTED_REQUEUE")
+            expect(run.messageTypes).toEqual(["started"])
+            expectSettled(logs, {
+              outcome: "retry",
+              action: "reject-requeue",
+              taskId: `t-${text}`,
+              attempt: 1,
+              reason: "transient",
+            })
+            const warning = logs.lines.find((l) =>
+              l.level === "Warn" && l.annotations.task_id === `t-${text}`
+            )
+            expect(warning?.message).toBe(
+              `The handler failed with a transient ${
+                text === "reset" ? "Error" : "TypeError"
+              }: the task is retried`,
+            )
+          }
+          const bug = yield* harness.submit({ text: "bug" }, { taskId: "t-bug" })
+          bug.assertFailed({ code: "INTERNAL_ERROR" })
+          expect(bug.error?.message).toBe(INTERNAL_SENTENCE)
+          expectSettled(logs, {
+            outcome: "failure",
+            action: "conclude",
+            taskId: "t-bug",
+            code: "INTERNAL_ERROR",
+            attempt: 1,
+          })
+        })
+      ))
+
+    it.effect("without retryOn, an ECONNRESET concludes INTERNAL_ERROR at once, as before", () =>
+      Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(define(() => Effect.fail(reset())))
+        const run = yield* harness.submit({ text: "x" })
+        run.assertFailed({ code: "INTERNAL_ERROR" })
+        expect(run.messageTypes).toEqual(["started", "failure"])
+      }))
+
+    it.effect("the last attempt concludes RETRY_EXHAUSTED; the error's text is in the worker's log only", () => {
+      const lines: Array<{ level: string; message: string; cause: string }> = []
+      const logger = Logger.make(({ cause, logLevel, message }) => {
+        lines.push({
+          level: logLevel,
+          message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+          cause: Cause.pretty(cause),
+        })
+      })
+      return Effect.gen(function* () {
+        const harness = yield* WorkerHarness.make(failing, {
+          ...LOGGED,
+          settingsOverrides: { deliveryLimit: 3 },
+        })
+        const runs = []
+        for (const deliveryCount of [0, 1, 2]) {
+          runs.push(yield* harness.submit({ text: "reset" }, { deliveryCount }))
+        }
+        expect(runs.map((r) => r.outcome)).toEqual([
+          "REJECTED_REQUEUE",
+          "REJECTED_REQUEUE",
+          "ACKED",
+        ])
+        const last = runs[2]!
+        last.assertFailed({ code: "RETRY_EXHAUSTED" })
+        expect(last.error?.message).toBe("The task failed on each of its 3 attempts.")
+        for (const run of runs) {
+          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+        }
+        const noted = lines.filter((l) => l.message.startsWith("The handler failed"))
+        expect(noted.map((l) => [l.level, l.message])).toEqual([
+          ["Warn", "The handler failed with a transient Error: the task is retried"],
+          ["Warn", "The handler failed with a transient Error: the task is retried"],
+          ["Error", "The handler failed with a transient Error at its last attempt"],
+        ])
+        for (const line of noted) expect(line.cause).toContain("read ECONNRESET")
+      }).pipe(Effect.provide(Logger.layer([logger])))
+    })
+
+    it.effect("a 503 with Retry-After: 7 is retried after 7 s exactly; without it, the usual backoff", () =>
+      Effect.gen(function* () {
+        const unavailable = (retryAfter?: string) =>
+          Object.assign(new Error("Service Unavailable"), {
+            status: 503,
+            headers: new Headers(retryAfter === undefined ? {} : { "Retry-After": retryAfter }),
+          })
+        const worker = define(
+          ({ text }) => Effect.fail(unavailable(text === "" ? undefined : text)),
+          { retryOn: Transient.httpStatus() },
+        )
+        const harness = yield* WorkerHarness.make(worker, {
+          clock: "ambient",
+          settingsOverrides: { retryBackoffBase: "1 second", retryBackoffMax: "60 seconds" },
+        })
+        const fiber = yield* Effect.forkChild(harness.submit({ text: "7" }))
+        yield* TestClock.adjust("6999 millis")
+        expect(yield* isDone(fiber)).toBe(false)
+        yield* TestClock.adjust("1 millis")
+        expect((yield* Fiber.join(fiber)).outcome).toBe("REJECTED_REQUEUE")
+        // Attempt 1's computed backoff: between half and all of the base.
+        const usual = yield* Effect.forkChild(harness.submit({ text: "" }))
+        yield* TestClock.adjust("499 millis")
+        expect(yield* isDone(usual)).toBe(false)
+        yield* TestClock.adjust("501 millis")
+        expect((yield* Fiber.join(usual)).outcome).toBe("REJECTED_REQUEUE")
+      }))
+
+    it.effect("an Effect handler's failure or defect is put to the rules as an async handler's throw is", () =>
+      Effect.gen(function* () {
+        const handlers: ReadonlyArray<Worker.Handler<Text, Words, never>> = [
+          () => Effect.fail(reset()),
+          () => Effect.die(reset()),
+          () =>
+            Effect.sync(() => {
+              throw reset()
+            }),
+          // A plain function that throws as it is called.
+          () => {
+            throw reset()
+          },
+        ]
+        for (const handler of handlers) {
+          const harness = yield* WorkerHarness.make(define(handler, { retryOn: Transient.network }))
+          expect((yield* harness.submit({ text: "x" })).outcome).toBe("REJECTED_REQUEUE")
+        }
+        const bug = define(() =>
+          Effect.sync(() => {
+            throw new TypeError("a bug")
+          }), { retryOn: Transient.network })
+        const harness = yield* WorkerHarness.make(bug)
+        ;(yield* harness.submit({ text: "x" })).assertFailed({ code: "INTERNAL_ERROR" })
+      }))
+
+    it.effect("the rules never see a time limit, a FatalError, a RetryableError or a mapped error", () =>
+      Effect.gen(function* () {
+        const asked: Array<unknown> = []
+        const always = (error: unknown) => {
+          asked.push(error)
+          return true
+        }
+        class Upstream extends Data.TaggedError("Upstream")<{ readonly service: string }> {}
+        const worker = Worker.make({
+          name: "count-words",
+          input: Text,
+          output: Words,
+          timeout: "50 millis",
+          retryOn: always,
+          errors: { Upstream: () => new FatalError({ code: "UPSTREAM", message: "Down." }) },
+          handler: ({ text }) =>
+            Effect.gen(function* () {
+              if (text === "slow") return yield* Effect.never
+              if (text === "fatal") {
+                return yield* new FatalError({ code: "EMPTY", message: "Nothing." })
+              }
+              if (text === "retry") return yield* new RetryableError({ code: "LATER" })
+              return yield* new Upstream({ service: "ocr" })
+            }),
+        })
+        const harness = yield* WorkerHarness.make(worker, {
+          settingsOverrides: { deliveryLimit: 1 },
+        })
+        ;(yield* harness.submit({ text: "slow" })).assertFailed({ code: "TASK_TIMEOUT" })
+        ;(yield* harness.submit({ text: "fatal" })).assertFailed({ code: "EMPTY" })
+        ;(yield* harness.submit({ text: "retry" })).assertFailed({ code: "LATER" })
+        ;(yield* harness.submit({ text: "mapped" })).assertFailed({ code: "UPSTREAM" })
+        expect(asked).toEqual([])
       }))
   })
 

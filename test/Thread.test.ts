@@ -3,12 +3,12 @@
  * on Node and Deno alike (the suite runs on both). Real time, bounded: the work is a thread's.
  */
 import { describe, expect, it } from "@effect/vitest"
-import type { Duration } from "effect"
-import { Context, Effect, Layer, Logger, References, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Logger, References, Schema } from "effect"
 import process from "node:process"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Thread from "../src/Thread.ts"
+import * as Transient from "../src/Transient.ts"
 import * as Worker from "../src/Worker.ts"
 import { WorkerDefinitionError } from "../src/WorkerError.ts"
 
@@ -18,13 +18,18 @@ const Output = Schema.Struct({ words: Schema.Number, thread: Schema.optional(Sch
 
 const threaded = (
   exportName: string,
-  options: { readonly timeout?: Duration.Input; readonly thread?: Thread.ThreadOptions } = {},
+  options: {
+    readonly timeout?: Duration.Input
+    readonly thread?: Thread.ThreadOptions
+    readonly retryOn?: ReadonlyArray<Transient.Rule>
+  } = {},
 ) =>
   Worker.make({
     name: "threads",
     input: Input,
     output: Output,
     timeout: options.timeout ?? "20 seconds",
+    retryOn: options.retryOn,
     handler: Thread.handler<typeof Input.Type, typeof Output.Type>(
       MODULE,
       exportName,
@@ -108,6 +113,38 @@ describe("Thread.handler", () => {
         const bug = yield* harness.submit({ text: "bug" })
         bug.assertFailed({ code: "INTERNAL_ERROR" })
         expect(bug.error?.message).toBe("The worker failed while running the task.")
+      }),
+    30_000,
+  )
+
+  it.effect(
+    "a thread's ordinary error reaches retryOn rebuilt: an ECONNRESET retried, a TypeError not",
+    () =>
+      Effect.gen(function* () {
+        const seen: Array<unknown> = []
+        const record = (error: unknown) => {
+          seen.push(error)
+          return false
+        }
+        const harness = yield* WorkerHarness.make(
+          threaded("transient", {
+            retryOn: [record, Transient.network, Transient.httpStatus()],
+          }),
+        )
+        for (const text of ["reset", "fetch", "busy"]) {
+          expect((yield* harness.submit({ text })).outcome, text).toBe("REJECTED_REQUEUE")
+        }
+        const bug = yield* harness.submit({ text: "bug" })
+        bug.assertFailed({ code: "INTERNAL_ERROR" })
+        const [reset, fetched, busy, bugged] = seen as Array<Record<string, unknown>>
+        expect(reset).toBeInstanceOf(Error)
+        expect(reset).toMatchObject({ message: "read ECONNRESET", code: "ECONNRESET", errno: -104 })
+        expect(fetched).toBeInstanceOf(TypeError)
+        expect(fetched).toMatchObject({ message: "fetch failed", cause: { code: "ECONNRESET" } })
+        expect(busy).toMatchObject({ status: 503, headers: { "retry-after": "2" } })
+        expect(Transient.httpStatus()(busy)).toEqual(Duration.seconds(2))
+        expect(bugged).toBeInstanceOf(TypeError)
+        expect(bugged).toMatchObject({ message: "a bug on a thread" })
       }),
     30_000,
   )

@@ -20,6 +20,7 @@ import * as WorkerHarness from "../src/testing.ts"
 import type * as Lifecycle from "../src/Lifecycle.ts"
 import * as Worker from "../src/Worker.ts"
 import { memoryEnvironment } from "./support/environment.ts"
+import * as Transient from "../src/Transient.ts"
 import { RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
 
 const Text = Schema.Struct({ text: Schema.String })
@@ -148,6 +149,18 @@ describe("Worker", () => {
         { concurrency: Number.NaN },
         'The worker "count-words" has a concurrency that is not a positive integer.',
       ],
+      [
+        "a retryOn that is not a function",
+        { retryOn: "ECONNRESET" },
+        'The worker "count-words" has a retryOn that is not a function or a list of functions, ' +
+        "such as Transient.network.",
+      ],
+      [
+        "a retryOn list with something else in it",
+        { retryOn: [Transient.network, 503] },
+        'The worker "count-words" has a retryOn that is not a function or a list of functions, ' +
+        "such as Transient.network.",
+      ],
     ]
 
     for (const [what, changes, message] of cases) {
@@ -187,6 +200,20 @@ describe("Worker", () => {
       expect(Duration.toMillis(worker.timeout)).toBe(30_000)
       expect(worker.concurrency).toBe(4)
       expect(Worker.make(valid).concurrency).toBeUndefined()
+    })
+  })
+
+  describe("retryOn", () => {
+    it("none by default; one rule or a list, kept in order", () => {
+      expect(Worker.make(valid).retryOn).toEqual([])
+      expect(Worker.make({ ...valid, retryOn: Transient.network }).retryOn).toEqual([
+        Transient.network,
+      ])
+      const http = Transient.httpStatus([503])
+      expect(Worker.make({ ...valid, retryOn: [http, Transient.network] }).retryOn).toEqual([
+        http,
+        Transient.network,
+      ])
     })
   })
 

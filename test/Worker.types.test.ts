@@ -54,4 +54,29 @@ Worker.run(worker)
       /^Argument of type 'Worker<.*, Database>' is not assignable to parameter of type 'Worker<.*, Database> & HandlerRequires<Database>'\. Property '"the handler requires services: give them with Worker\.run\(worker, \{ layer \}\)"' is missing/,
     )
   }, 60_000)
+
+  it("retryOn takes a rule or a list of them, each answering a boolean or a duration", () => {
+    const errors = errorsOf(`
+import { Duration, Schema } from "effect"
+import * as Transient from "../src/Transient.ts"
+import * as Worker from "../src/Worker.ts"
+const definition = {
+  name: "fetching",
+  input: Schema.Struct({ url: Schema.String }),
+  output: Schema.Struct({ n: Schema.Number }),
+  timeout: "10 seconds",
+  handler: async () => ({ n: 1 }),
+} as const
+Worker.make({ ...definition, retryOn: Transient.network })
+Worker.make({ ...definition, retryOn: [Transient.network, Transient.httpStatus([503])] })
+Worker.make({ ...definition, retryOn: (error) => error instanceof RangeError && Duration.seconds(5) })
+Worker.make({ ...definition, retryOn: () => "30 seconds" })
+Worker.make({ ...definition, retryOn: () => "soon" })
+Worker.make({ ...definition, retryOn: ["ECONNRESET"] })
+export const rule: Transient.Rule = (error) => error === undefined
+`)
+    expect(errors).toHaveLength(2)
+    expect(errors[0]).toContain(`Type '"soon"' is not assignable to type 'boolean | Input'`)
+    expect(errors[1]).toMatch(/^Type 'string' is not assignable to type 'Rule'/)
+  }, 60_000)
 })

@@ -14,6 +14,7 @@ import {
 import { TestClock } from "effect/testing"
 import { FatalError, RetryableError } from "../src/WorkerError.ts"
 import * as WorkerHarness from "../src/testing.ts"
+import * as Transient from "../src/Transient.ts"
 import * as Worker from "../src/Worker.ts"
 
 const worker = Worker.make({
@@ -151,6 +152,34 @@ describe("WorkerHarness", () => {
     expect(first.messageTypes).toEqual(["started"])
     const last = await harness.submit({ text: "retry" }, { deliveryCount: 4 })
     last.assertFailed({ code: "LATER" })
+  })
+
+  it("a definition's retryOn, as a user tests it: an ECONNRESET retried, then RETRY_EXHAUSTED; a TypeError not", async () => {
+    /** `fetch` as it fails on Node when the server resets the connection. */
+    const resetFetch = (_url: string): Promise<string> =>
+      Promise.reject(
+        new TypeError("fetch failed", {
+          cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
+        }),
+      )
+    const fetching = Worker.make({
+      name: "fetching",
+      input: Schema.Struct({ url: Schema.String }),
+      output: Schema.Struct({ length: Schema.Number }),
+      timeout: "5 seconds",
+      retryOn: Transient.network,
+      handler: async ({ url }) => {
+        if (url === "bug") throw new TypeError("url.trim is not a function")
+        return { length: (await resetFetch(url)).length }
+      },
+    })
+    await using harness = await WorkerHarness.start(fetching)
+    const first = await harness.submit({ url: "https://example.org" })
+    expect(first.outcome).toBe("REJECTED_REQUEUE")
+    const last = await harness.submit({ url: "https://example.org" }, { deliveryCount: 4 })
+    last.assertFailed({ code: "RETRY_EXHAUSTED" })
+    const bug = await harness.submit({ url: "bug" })
+    bug.assertFailed({ code: "INTERNAL_ERROR" })
   })
 
   it("submitRaw runs poison through the engine: acked, nothing published", async () => {

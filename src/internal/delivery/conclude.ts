@@ -8,8 +8,9 @@ import { Cause, Duration, Exit, Result, type Schema } from "effect"
 import type * as Concurrency from "../../Concurrency.ts"
 import { FAILURE_CODE_PATTERN } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
+import type * as Transient from "../../Transient.ts"
 import type { LeaseLost } from "../../WorkerError.ts"
-import { errorKind } from "../describe.ts"
+import { errorKind, errorText } from "../describe.ts"
 import { formatIssues } from "../codec/issues.ts"
 import { utf8Exceeds } from "../codec/utf8.ts"
 import { conclude, fail, fenced, type Plan, requeue, type Task, type TaskRef } from "./plan.ts"
@@ -28,12 +29,23 @@ export type Verdict =
     readonly delay: unknown
     readonly congestion: boolean
   }
+  /** An ordinary error the definition's `retryOn` says is transient. */
+  | {
+    readonly _tag: "Transient"
+    readonly name: string
+    /** The delay the rule asked for, or undefined for the usual backoff. */
+    readonly delay: unknown
+    /** The handler's whole Cause, for the log lines only: never published. */
+    readonly cause: Cause.Cause<unknown>
+  }
   | { readonly _tag: "Timeout" }
   | {
     readonly _tag: "Internal"
     readonly name: string
     /** The handler's whole Cause, for the log line only: never published. */
     readonly cause: Cause.Cause<unknown>
+    /** What a `retryOn` rule threw when asked about the error, for the log line only. */
+    readonly ruleFailure?: unknown
   }
   | { readonly _tag: "Lost"; readonly lost: LeaseLost }
   | { readonly _tag: "Shutdown" }
@@ -50,12 +62,17 @@ export interface Note {
 }
 
 /**
- * The step after the handler: settle as planned (after logging `note`), or wait the retry's
- * backoff (the error's own `delay`, if valid) and then requeue.
+ * The step after the handler: settle as planned, or wait the retry's backoff (the error's own
+ * `delay`, if valid) and then requeue; either after logging `note`.
  */
 export type Next =
   | { readonly _tag: "Settle"; readonly plan: Plan; readonly note?: Note | undefined }
-  | { readonly _tag: "Backoff"; readonly delay: unknown; readonly plan: Plan }
+  | {
+    readonly _tag: "Backoff"
+    readonly delay: unknown
+    readonly plan: Plan
+    readonly note?: Note | undefined
+  }
 
 const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === tag
@@ -75,12 +92,40 @@ const missingService = (cause: Cause.Cause<unknown>): string | undefined => {
 }
 
 /**
+ * What the definition's rules say of an ordinary error: the first answer but `false` (or nothing,
+ * from a rule written in JavaScript), as the delay to wait (`true`: the usual backoff); or what a
+ * rule threw, which ends the asking: a broken rule is a bug to see, not a "no".
+ */
+const askRules = (
+  rules: ReadonlyArray<Transient.Rule>,
+  error: unknown,
+): { readonly delay: unknown } | { readonly failure: unknown } | undefined => {
+  for (const rule of rules) {
+    let answer: unknown
+    try {
+      answer = rule(error)
+    } catch (failure) {
+      return { failure }
+    }
+    if (answer === true) return { delay: undefined }
+    if (answer !== false && answer !== undefined && answer !== null) return { delay: answer }
+  }
+  return undefined
+}
+
+/**
  * What the handler's exit means. Never throws, whatever the handler failed with (a value with
  * a throwing getter, a revoked Proxy): anything unreadable is an unexpected error. A missing
  * service is only an Effect's: not when the handler `threw` as it was called (a plain function's
- * `throw new Error("Service not found: …")` is the task's error, not the deployment's).
+ * `throw new Error("Service not found: …")` is the task's error, not the deployment's). Any other
+ * error, failed or thrown or died with alike (an `async` handler's `TypeError` is an Effect's
+ * defect), is put to the definition's `retryOn` rules.
  */
-export const classify = (exit: Exit.Exit<unknown, unknown>, threw = false): Verdict => {
+export const classify = (
+  exit: Exit.Exit<unknown, unknown>,
+  threw = false,
+  retryOn: ReadonlyArray<Transient.Rule> = [],
+): Verdict => {
   if (Exit.isSuccess(exit)) return { _tag: "Success", output: exit.value }
   if (Cause.hasInterruptsOnly(exit.cause)) {
     return { _tag: "Internal", name: "Interrupted", cause: exit.cause }
@@ -111,7 +156,16 @@ export const classify = (exit: Exit.Exit<unknown, unknown>, threw = false): Verd
         congestion: e.congestion === true,
       }
     }
-    return { _tag: "Internal", name: errorKind(error), cause: exit.cause }
+    const answer = askRules(retryOn, error)
+    if (answer !== undefined && "delay" in answer) {
+      return { _tag: "Transient", name: errorKind(error), delay: answer.delay, cause: exit.cause }
+    }
+    return {
+      _tag: "Internal",
+      name: errorKind(error),
+      cause: exit.cause,
+      ruleFailure: answer?.failure,
+    }
   } catch {
     return { _tag: "Internal", name: "unreadable error", cause: exit.cause }
   }
@@ -176,6 +230,10 @@ const succeeded = (
     : plan
 }
 
+/** The message of a retried task's last failure that has none of its own. */
+const exhausted = (task: Task): string =>
+  `The task failed on each of its ${task.deliveryLimit} attempts.`
+
 /** A failure with the handler's own code, or `INTERNAL_ERROR` (and a warning) for a bad one. */
 const failWithCode = (task: Task, code: string, message: string): Next =>
   FAILURE_CODE_PATTERN.test(code) ? { _tag: "Settle", plan: fail(task, code, message) } : {
@@ -186,6 +244,34 @@ const failWithCode = (task: Task, code: string, message: string): Next =>
       message: `The handler failed with the code "${code.slice(0, 80)}", which is not a valid code`,
     },
   }
+
+/**
+ * Step 6 for a transient error: retried as a `RetryableError` without a code, but with the
+ * error's text in the worker's log (a warning for each retry, an error for the last attempt),
+ * never in the failure the platform gets; `reason=transient` on the decision tells it apart.
+ */
+const transient = (verdict: Extract<Verdict, { _tag: "Transient" }>, task: Task): Next => {
+  const last = task.attempt >= task.deliveryLimit
+  const note: Note = {
+    level: last ? "error" : "warning",
+    message: `The handler failed with a transient ${verdict.name}` +
+      (last ? " at its last attempt" : ": the task is retried"),
+    error: verdict.name,
+    cause: verdict.cause,
+  }
+  return last
+    ? {
+      _tag: "Settle",
+      plan: fail(task, "RETRY_EXHAUSTED", exhausted(task), "failure", "transient"),
+      note,
+    }
+    : {
+      _tag: "Backoff",
+      delay: verdict.delay,
+      plan: requeue(task, "retry", { reason: "transient" }),
+      note,
+    }
+}
 
 /** Step 6 for any verdict: what the task comes to. */
 export const afterHandler = (
@@ -213,8 +299,10 @@ export const afterHandler = (
       return failWithCode(
         task,
         verdict.code ?? "RETRY_EXHAUSTED",
-        verdict.message ?? `The task failed on each of its ${task.deliveryLimit} attempts.`,
+        verdict.message ?? exhausted(task),
       )
+    case "Transient":
+      return transient(verdict, task)
     case "Timeout":
       return {
         _tag: "Settle",
@@ -230,7 +318,11 @@ export const afterHandler = (
         plan: fail(task, "INTERNAL_ERROR", INTERNAL_MESSAGE),
         note: {
           level: "error",
-          message: `The handler failed with an unexpected ${verdict.name}`,
+          message: `The handler failed with an unexpected ${verdict.name}` + (
+            verdict.ruleFailure === undefined
+              ? ""
+              : `; a retryOn rule failed on it: ${errorText(verdict.ruleFailure)}`
+          ),
           error: verdict.name,
           cause: verdict.cause,
         },

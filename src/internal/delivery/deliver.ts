@@ -98,15 +98,14 @@ function* releaseSlot<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<v
 }
 
 /**
- * The note's line: an error with the handler's Cause, so that the app's Logger gets its message
- * and stack (the platform gets the fixed sentence only).
+ * The note's line, with the handler's Cause when it has one, so that the app's Logger gets its
+ * message and stack (the platform gets a fixed sentence only).
  */
 const noteLine = (note: Note, withCause: boolean): Effect.Effect<void> => {
-  const line = note.level === "warning"
-    ? Effect.logWarning(note.message)
-    : withCause && note.cause !== undefined
-    ? Effect.logError(note.message, note.cause)
-    : Effect.logError(note.message)
+  const log = note.level === "warning" ? Effect.logWarning : Effect.logError
+  const line = withCause && note.cause !== undefined
+    ? log(note.message, note.cause)
+    : log(note.message)
   return note.error === undefined ? line : Effect.annotateLogs(line, { error: note.error })
 }
 
@@ -182,6 +181,7 @@ function* runTask<A, O, R>(
   // handler still runs.
   if (it.runaway === undefined) yield* releaseSlot(ctx, it)
   const next = afterHandler(verdict, task, ctx.settings, ctx.encodeOutput)
+  if (next.note !== undefined) yield* logNote(next.note)
   let plan = next.plan
   if (next._tag === "Backoff") {
     const delay = yield* backoff(ctx.settings, task.attempt, next.delay)
@@ -194,8 +194,6 @@ function* runTask<A, O, R>(
     if (waited === "closing") {
       plan = requeue(task, "retry", { code: plan.decision.code, reason: "shutdown" })
     }
-  } else if (next.note !== undefined) {
-    yield* logNote(next.note)
   }
   return plan
 }

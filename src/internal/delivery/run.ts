@@ -208,5 +208,5 @@ export function* runHandler<A, O, R>(
   }
   if (stoppedWith !== undefined) return stoppedWith
   if (interrupted) return { _tag: "Shutdown" }
-  return late ? { _tag: "Timeout" } : classify(exit, invoked.threw === true)
+  return late ? { _tag: "Timeout" } : classify(exit, invoked.threw === true, ctx.worker.retryOn)
 }

@@ -27,7 +27,8 @@ export const backoff = (
     return ownIgnored
       ? Effect.as(
         Effect.logWarning(
-          "The RetryableError's delay is not a non-negative duration: the computed backoff is used",
+          "The retry's own delay is not a non-negative duration (a RetryableError's delay, or a " +
+            "retryOn rule's answer): the computed backoff is used",
         ),
         duration,
       )

@@ -4,7 +4,8 @@
  * messages back, `signal` fired by the pool's `abort`), its end posted as `done` or `failed`.
  * Source text, run with `eval`: no file of the SDK's to find beside a bundle or under Deno.
  * A `FatalError` or `RetryableError` is known by its `_tag`, as the engine knows it, so that the
- * module may throw the SDK's classes or any object that says what it is.
+ * module may throw the SDK's classes or any object that says what it is; any other error is
+ * described field by field for the worker's side to rebuild (`pool.ts`, `errorOf`).
  */
 import { TASK_STORE_KEY } from "../taskStore.ts"
 
@@ -25,10 +26,57 @@ const describe = (e) => {
       : typeof millis === "number" ? millis + " millis" : e.delay === undefined ? undefined : "invalid"
     return { _tag: e._tag, code: e.code, message: e.message, delay, congestion: e.congestion === true }
   }
-  const name = e !== null && typeof e === "object" && typeof e.name === "string" ? e.name : typeof e
-  const message = e !== null && typeof e === "object" ? String(e.message) : String(e)
-  const stack = e !== null && typeof e === "object" && typeof e.stack === "string" ? e.stack : undefined
-  return { _tag: "Error", name, message, stack }
+  try {
+    return { _tag: "Error", ...ordinary(e, 0) }
+  } catch {
+    return { _tag: "Error", name: "Error", message: "an unreadable error" }
+  }
+}
+
+// Any other error crosses as what a definition's retryOn rules may read of it, as structured
+// clone would keep none of an Error's own fields: its name, message and stack, its own fields of
+// plain values (code, errno, status, …), its headers and its response's, its cause and errors.
+const PLAIN = ["string", "number", "boolean"]
+const DEPTH = 4
+
+const plainFields = (o) => {
+  const fields = {}
+  for (const key of Object.keys(o)) {
+    if (PLAIN.includes(typeof o[key])) fields[key] = o[key]
+  }
+  return fields
+}
+
+const headersOf = (h) => {
+  if (h === null || typeof h !== "object") return undefined
+  const entries = typeof h.entries === "function" && typeof h.get === "function" ? h.entries() : Object.entries(h)
+  const headers = {}
+  for (const [key, value] of entries) {
+    if (PLAIN.includes(typeof value)) headers[key] = value
+  }
+  return headers
+}
+
+const ordinary = (e, depth) => {
+  if (e === null || typeof e !== "object") return { name: typeof e, message: String(e), fields: {} }
+  const crossed = {
+    name: typeof e.name === "string" ? e.name : typeof e,
+    message: String(e.message),
+    stack: typeof e.stack === "string" ? e.stack : undefined,
+    fields: plainFields(e),
+    headers: headersOf(e.headers),
+  }
+  const response = e.response
+  if (response !== null && typeof response === "object") {
+    crossed.response = { status: response.status, statusCode: response.statusCode, headers: headersOf(response.headers) }
+  }
+  if (depth < DEPTH) {
+    const cause = e.cause
+    if (PLAIN.includes(typeof cause)) crossed.cause = cause
+    else if (cause !== null && typeof cause === "object") crossed.cause = ordinary(cause, depth + 1)
+    if (Array.isArray(e.errors)) crossed.errors = e.errors.slice(0, 8).map((x) => ordinary(x, depth + 1))
+  }
+  return crossed
 }
 
 const post = (event) => {

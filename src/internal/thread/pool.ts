@@ -47,12 +47,24 @@ type ThreadError =
     readonly delay?: number | string | undefined
     readonly congestion?: boolean | undefined
   }
-  | {
-    readonly _tag: "Error"
-    readonly name: string
-    readonly message: string
-    readonly stack?: string | undefined
-  }
+  | ({ readonly _tag: "Error" } & CrossedError)
+
+/** An ordinary error as it left its thread: what a definition's `retryOn` rules may read. */
+interface CrossedError {
+  readonly name: string
+  readonly message: string
+  readonly stack?: string | undefined
+  /** Its own fields of plain values: `code`, `errno`, `status`, … */
+  readonly fields?: Readonly<Record<string, string | number | boolean>> | undefined
+  readonly headers?: Readonly<Record<string, string | number | boolean>> | undefined
+  readonly response?: {
+    readonly status?: unknown
+    readonly statusCode?: unknown
+    readonly headers?: Readonly<Record<string, string | number | boolean>> | undefined
+  } | undefined
+  readonly cause?: CrossedError | string | number | boolean | undefined
+  readonly errors?: ReadonlyArray<CrossedError> | undefined
+}
 
 /** One thread, and whoever listens to it now: the task it runs, or its start. */
 interface PoolThread {
@@ -63,14 +75,35 @@ interface PoolThread {
   listener: ((event: ThreadEvent) => void) | undefined
 }
 
+// The classes of the errors a rule may test with `instanceof`, rebuilt as such.
+const STANDARD: Readonly<Record<string, new (message: string) => Error>> = {
+  TypeError,
+  RangeError,
+  SyntaxError,
+  ReferenceError,
+  EvalError,
+  URIError,
+}
+
+/** An ordinary error rebuilt from what crossed: its class if standard, else an `Error`. */
+const rebuilt = (crossed: CrossedError): Error => {
+  const error = new (STANDARD[crossed.name] ?? Error)(crossed.message)
+  Object.assign(error, crossed.fields)
+  error.name = crossed.name
+  if (crossed.stack !== undefined) error.stack = crossed.stack
+  const extra: Record<string, unknown> = {}
+  if (crossed.headers !== undefined) extra.headers = crossed.headers
+  if (crossed.response !== undefined) extra.response = crossed.response
+  if (crossed.errors !== undefined) extra.errors = crossed.errors.map(rebuilt)
+  if (crossed.cause !== undefined) {
+    extra.cause = typeof crossed.cause === "object" ? rebuilt(crossed.cause) : crossed.cause
+  }
+  return Object.assign(error, extra)
+}
+
 /** The error a thread's handler failed with, as the engine reads it on this side. */
 const errorOf = (error: ThreadError): unknown => {
-  if (error._tag === "Error") {
-    const failure = new Error(error.message)
-    failure.name = error.name
-    if (error.stack !== undefined) failure.stack = error.stack
-    return failure
-  }
+  if (error._tag === "Error") return rebuilt(error)
   return error._tag === "FatalError"
     ? new FatalError({ code: String(error.code), message: String(error.message ?? "") })
     : new RetryableError({

@@ -161,6 +161,106 @@ describe("classify and afterHandler", () => {
     )
   })
 
+  describe("an ordinary error and the definition's retryOn rules", () => {
+    const reset = Object.assign(new Error("read ECONNRESET from db://admin:hunter2@db"), {
+      code: "ECONNRESET",
+    })
+    const isReset = (e: unknown) => (e as { code?: unknown }).code === "ECONNRESET"
+
+    it("failed, thrown or died with alike, a transient error backs off before the last attempt", () => {
+      for (const [exit, threw] of [[Exit.fail(reset), false], [Exit.die(reset), true]] as const) {
+        const verdict = classify(exit, threw, [isReset])
+        expect(verdict).toMatchObject({ _tag: "Transient", name: "Error", delay: undefined })
+        expect(afterHandler(verdict, task, settings, encodeOutput)).toMatchObject({
+          _tag: "Backoff",
+          delay: undefined,
+          plan: { _tag: "Requeue", decision: { outcome: "retry", reason: "transient" } },
+          note: { level: "warning", error: "Error" },
+        })
+      }
+      // The error's text is in the note's Cause, for the worker's log.
+      const next = afterHandler(
+        classify(Exit.fail(reset), false, [isReset]),
+        task,
+        settings,
+        encodeOutput,
+      )
+      expect(Cause.squash(next.note!.cause!)).toBe(reset)
+    })
+
+    it("at the last attempt it concludes RETRY_EXHAUSTED with a fixed sentence, and an error line", () => {
+      const last = { ...task, attempt: 5 }
+      const next = afterHandler(
+        classify(Exit.fail(reset), false, [isReset]),
+        last,
+        settings,
+        encodeOutput,
+      )
+      expect(next).toMatchObject({
+        _tag: "Settle",
+        plan: { decision: { outcome: "failure", code: "RETRY_EXHAUSTED", reason: "transient" } },
+        note: { level: "error", error: "Error" },
+      })
+      if (next.plan._tag !== "Conclude") throw new Error("no conclusion")
+      expect(JSON.parse(next.plan.text).data.error_message).toEqual({
+        code: "RETRY_EXHAUSTED",
+        message: "The task failed on each of its 5 attempts.",
+      })
+      expect(next.plan.text).not.toContain("hunter2")
+    })
+
+    it("the first answer but false decides: true is the usual backoff, a duration its delay", () => {
+      const no = () => false
+      expect(classify(Exit.fail(reset), false, [no, () => "7 seconds", () => true]))
+        .toMatchObject({ _tag: "Transient", delay: "7 seconds" })
+      expect(classify(Exit.fail(reset), false, [no, () => true, () => 7]))
+        .toMatchObject({ _tag: "Transient", delay: undefined })
+      // A rule written in JavaScript that answers nothing says no.
+      const nothing = (() => undefined) as unknown as () => boolean
+      expect(classify(Exit.fail(reset), false, [no, nothing])._tag).toBe("Internal")
+      expect(classify(Exit.fail(reset))._tag).toBe("Internal")
+    })
+
+    it("the SDK's own errors, interruptions and a missing service are never put to the rules", () => {
+      const asked: Array<unknown> = []
+      const always = (e: unknown) => {
+        asked.push(e)
+        return true
+      }
+      expect(
+        classify(Exit.fail(new FatalError({ code: "NO", message: "No." })), false, [always])._tag,
+      )
+        .toBe("Fatal")
+      expect(classify(Exit.fail(new RetryableError({ code: "LATER" })), false, [always]))
+        .toMatchObject({ _tag: "Retry", code: "LATER" })
+      expect(classify(Exit.failCause(Cause.interrupt(undefined)), false, [always])._tag)
+        .toBe("Internal")
+      expect(classify(Exit.die(new Error("Service not found: payments")), false, [always])._tag)
+        .toBe("MissingService")
+      expect(asked).toEqual([])
+    })
+
+    it("a rule that throws: INTERNAL_ERROR, its failure in the error line", () => {
+      const broken = () => {
+        throw new RangeError("the rule's bug")
+      }
+      const verdict = classify(Exit.fail(reset), false, [broken, () => true])
+      expect(verdict._tag).toBe("Internal")
+      expect(afterHandler(verdict, task, settings, encodeOutput)).toMatchObject({
+        plan: { decision: { code: "INTERNAL_ERROR" } },
+        note: {
+          level: "error",
+          message:
+            "The handler failed with an unexpected Error; a retryOn rule failed on it: RangeError: the rule's bug",
+        },
+      })
+    })
+
+    it("a transient error ends as other for adaptive concurrency", () => {
+      expect(handlerEnd(classify(Exit.fail(reset), false, [isReset]))).toBe("other")
+    })
+  })
+
   it("how a handler ended, for adaptive concurrency", () => {
     expect(handlerEnd({ _tag: "Success", output: 1 })).toBe("success")
     expect(handlerEnd(classify(Exit.fail(new RetryableError({ congestion: true }))))).toBe(
