@@ -69,3 +69,5 @@ export {
   TransportError,
   WorkerDefinitionError,
 } from "./WorkerError.ts"
+/** @since 0.3.0 */
+export { TasksTakenBack } from "./WorkerError.ts"
