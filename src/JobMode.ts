@@ -2,15 +2,24 @@
  * Job mode (`WORKER_MODE=job`): a worker that takes a bounded number of deliveries, finishes
  * them and exits, as a Kubernetes Job or a KEDA `ScaledJob` expects. Prefetch is 1 (see
  * `Settings`); this module counts deliveries, watches for idleness and for a broker that stays
- * out of reach.
+ * out of reach, and counts the tasks the broker takes back unsettled.
  *
  * @since 0.1.0
  */
-import { Clock, Duration, Effect, Option, Schedule, Stream, SubscriptionRef } from "effect"
+import {
+  Clock,
+  Duration,
+  Effect,
+  MutableRef,
+  Option,
+  Schedule,
+  Stream,
+  SubscriptionRef,
+} from "effect"
 import type { WorkerSettings } from "./Settings.ts"
 import type { ConnectionStatus, Delivery } from "./Transport.ts"
 import { isLive, Transport } from "./Transport.ts"
-import { BrokerUnreachable } from "./WorkerError.ts"
+import { BrokerUnreachable, TasksTakenBack } from "./WorkerError.ts"
 
 /**
  * The broker stayed out of reach for `WORKER_JOB_CONNECT_TIMEOUT_S`; see
@@ -20,6 +29,15 @@ import { BrokerUnreachable } from "./WorkerError.ts"
  * @category errors
  */
 export { BrokerUnreachable }
+
+/**
+ * The broker took back deliveries of the job before it settled them; see
+ * {@link WorkerError.TasksTakenBack}.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export { TasksTakenBack }
 
 /**
  * The transport, stopping its intake (then running `onLimit`) once `maxTasks` deliveries have
@@ -48,6 +66,47 @@ export const limitIntake = (
     }),
   })
 }
+
+/**
+ * The transport, counting in `takenBack` each delivery whose lease is lost before the worker
+ * settles it: the broker took its task back (a connection or channel lost, a lease expired), what
+ * its handler came to was thrown away, and it runs again elsewhere. A settled delivery's lease is
+ * never lost: a task concluded (a success or a failure), retried or requeued by the worker is not
+ * counted.
+ *
+ * @since 0.3.0
+ * @category combinators
+ */
+export const countTakenBack = (
+  transport: Transport["Service"],
+  takenBack: MutableRef.MutableRef<number>,
+): Transport["Service"] =>
+  Transport.of({
+    ...transport,
+    take: Effect.map(transport.take, (delivery) => {
+      if (Option.isSome(delivery)) {
+        delivery.value.lease.onLost(() => MutableRef.increment(takenBack))
+      }
+      return delivery
+    }),
+  })
+
+/**
+ * Fails with {@link TasksTakenBack} if `takenBack` ({@link countTakenBack}) counts any: how a job
+ * whose consuming has ended says that a task it took was not settled, so that its process exits 1
+ * and Kubernetes shows the pod failed, where a job that settled every task (whatever the task came
+ * to) exits 0.
+ *
+ * @since 0.3.0
+ * @category combinators
+ */
+export const failIfTakenBack = (
+  takenBack: MutableRef.MutableRef<number>,
+): Effect.Effect<void, TasksTakenBack> =>
+  Effect.suspend(() => {
+    const count = MutableRef.get(takenBack)
+    return count === 0 ? Effect.void : Effect.fail(new TasksTakenBack({ count }))
+  })
 
 /**
  * Completes once the worker has held no delivery, while connected, for `timeout`; polled a few

@@ -218,6 +218,26 @@ export class BrokerUnreachable extends BrokerUnreachableBase {
   }
 }
 
+const TasksTakenBackBase: TaggedErrorClass<"TasksTakenBack", {
+  readonly count: number
+}> = Data.TaggedError("TasksTakenBack")
+
+/**
+ * A job ended with `count` of its deliveries taken back by the broker before it settled them (its
+ * connection or their lease lost): what their handlers came to was thrown away, and the tasks run
+ * again elsewhere. The job's process exits 1, so that its pod shows failed.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class TasksTakenBack extends TasksTakenBackBase {
+  override get message(): string {
+    const tasks = this.count === 1 ? "1 task" : `${this.count} tasks`
+    return `The broker took back ${tasks} of this job before it settled them (a connection or ` +
+      "lease lost): their results were thrown away, and they run again"
+  }
+}
+
 const MessageEncodeErrorBase: TaggedErrorClass<"MessageEncodeError", {
   readonly message: string
 }> = Data.TaggedError("MessageEncodeError")

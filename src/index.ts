@@ -71,3 +71,5 @@ export {
   TransportError,
   WorkerDefinitionError,
 } from "./WorkerError.ts"
+/** @since 0.3.0 */
+export { TasksTakenBack } from "./WorkerError.ts"

@@ -1,5 +1,16 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Duration, Effect, Exit, Fiber, Option, Ref, SubscriptionRef } from "effect"
+import {
+  ConfigProvider,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  MutableRef,
+  Option,
+  Ref,
+  Scope,
+  SubscriptionRef,
+} from "effect"
 import { TestClock } from "effect/testing"
 import * as Confirms from "../src/internal/amqp/confirms.ts"
 import * as Consumers from "../src/internal/amqp/consumers.ts"
@@ -120,6 +131,58 @@ describe("JobMode", () => {
         const job = JobMode.limitIntake(transport, 1)
         yield* transport.stopIntake
         expect(yield* job.take).toEqual(Option.none())
+      }))
+  })
+
+  describe("countTakenBack and failIfTakenBack", () => {
+    it.effect("count the deliveries whose lease is lost unsettled, and only those", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make()
+        // A consumer on a connection of its own, which the test loses.
+        const connection = yield* Scope.make()
+        const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 4 })
+          .pipe(Scope.provide(connection))
+        for (const body of ["acked", "requeued", "released", "held"]) {
+          yield* broker.publish("in", body)
+        }
+        const takenBack = MutableRef.make(0)
+        const job = JobMode.countTakenBack(transport, takenBack)
+        const [acked, requeued, released, held] = yield* Effect.replicateEffect(
+          Effect.map(job.take, Option.getOrThrow),
+          4,
+        )
+        yield* acked!.ack
+        yield* requeued!.requeue
+        yield* released!.release
+        yield* JobMode.failIfTakenBack(takenBack)
+        // The connection lost: the broker takes back what the worker still held.
+        yield* Scope.close(connection, Exit.void)
+        expect(held!.lease.isLost()).toBe(true)
+        expect(MutableRef.get(takenBack)).toBe(1)
+        const error = yield* Effect.flip(JobMode.failIfTakenBack(takenBack))
+        expect(error).toBeInstanceOf(JobMode.TasksTakenBack)
+        expect(error.message).toBe(
+          "The broker took back 1 task of this job before it settled them (a connection or lease " +
+            "lost): their results were thrown away, and they run again",
+        )
+        // Back in the queue, as the settled ones that were given back.
+        expect(yield* broker.ready("in")).toBe(3)
+      }))
+
+    it.effect("count a lease that expires", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make({ reapInterval: "100 millis" })
+        const transport = yield* broker.transport({
+          inQueue: "in",
+          outQueue: "out",
+          capacity: 1,
+          leaseDuration: "1 second",
+        })
+        yield* broker.publish("in", "held too long")
+        const takenBack = MutableRef.make(0)
+        yield* JobMode.countTakenBack(transport, takenBack).take
+        yield* TestClock.adjust("1100 millis")
+        expect(MutableRef.get(takenBack)).toBe(1)
       }))
   })
 

@@ -1190,6 +1190,37 @@ describe("Lifecycle", () => {
         expect(yield* w.ready).toBe(0)
       }))
 
+    it.effect("a task the broker takes back before the job settles it ends the job with exit 1", () =>
+      Effect.gen(function* () {
+        const seen = newSeen()
+        // The job's connection, which the test loses while the task runs.
+        const connection = yield* Scope.make()
+        const w = yield* launch(sleeper(seen), {
+          ...job(),
+          transport: (broker) =>
+            Layer.effect(
+              Transport,
+              Effect.flatMap(Settings.Settings, (s) =>
+                broker.transport({ inQueue: s.inQueue, outQueue: s.outQueue, capacity: 1 }).pipe(
+                  Scope.provide(connection),
+                )),
+            ),
+        })
+        yield* w.submit("t-1", 60)
+        yield* waitUntil(() => seen.entered.length === 1, "the task runs")
+        yield* Scope.close(connection, Exit.void)
+        expect(yield* Fiber.join(w.run)).toBe(1)
+        expect(seen.interrupted).toEqual(["t-1"])
+        expect(yield* w.published("t-1")).toEqual(["started"])
+        expect(w.logs.settled("t-1").map((l) => l.annotations.outcome)).toEqual(["cancelled"])
+        expect(errors(w.logs)).toEqual([
+          "The broker took back 1 task of this job before it settled them (a connection or lease " +
+          "lost): their results were thrown away, and they run again",
+        ])
+        // Back in the queue, for another job.
+        expect(yield* w.ready).toBe(1)
+      }))
+
     it.effect("a task requeued for a retry still ends the job with exit 0", () =>
       Effect.gen(function* () {
         const retrying = Worker.make({

@@ -1,10 +1,11 @@
 /**
  * `examples/deploy/bundle`, as `Dockerfile.node-bundle` and `Dockerfile.deno-bundle` use it: the
- * worker built into one file runs a task, its image-build warm-up writes V8's code cache, and a
- * start reads that cache (or writes a new one when V8 rejects it), on Node (the one running the
- * test, or 22 under Deno) and on Deno. Real processes, on the embedded broker: what is tested is
- * the recipe, not RabbitMQ; but for a vhost RabbitMQ refuses, which the bundle must tell from a
- * broker out of reach (exit 2, not a retry) as the CLI does.
+ * app's worker (laid out as the images install it) built into one file runs a task, its
+ * image-build warm-up writes V8's code cache, and a start reads that cache (or writes a new one
+ * when V8 rejects it), on Node (the one running the test, or 22 under Deno) and on Deno. Real
+ * processes, on the embedded broker: what is tested is the recipe, not RabbitMQ; but for a vhost
+ * RabbitMQ refuses, which the bundle must tell from a broker out of reach (exit 2, not a retry) as
+ * the CLI does.
  */
 import { execFileSync, spawnSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
@@ -13,6 +14,7 @@ import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { supportedNode } from "../support/nodes.ts"
+import { layOutDeployApp } from "../support/deployApp.ts"
 import { checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
 
 const TASK =
@@ -53,11 +55,12 @@ const jobEnv = (): Record<string, string> => {
 
 describe.each(
   [
-    ["node", "examples/deploy/worker.mjs"],
-    ["deno", "examples/deploy/worker.ts"],
+    ["node", "src/worker.mjs"],
+    ["deno", "src/worker.ts"],
   ] as const,
-)("examples/deploy/bundle on %s, built from %s", (runtime, worker) => {
+)("examples/deploy/bundle on %s, built from the app's %s", (runtime, worker) => {
   const out = mkdtempSync(join(tmpdir(), `bundle-${runtime}-`))
+  const app = mkdtempSync(join(tmpdir(), `bundle-${runtime}-app-`))
   /** The code cache files beside the bundle. */
   const caches = () => readdirSync(out).filter((name) => name.endsWith(".v8cache"))
   const cache = () => {
@@ -67,11 +70,17 @@ describe.each(
 
   beforeAll(() => {
     checkBuild()
-    execFileSync(supportedNode(), ["examples/deploy/bundle/build.mjs", worker, "worker", out], {
-      cwd: ROOT,
-    })
+    layOutDeployApp(app)
+    execFileSync(
+      supportedNode(),
+      [join(ROOT, "examples/deploy/bundle/build.mjs"), worker, "worker", out],
+      { cwd: app },
+    )
   })
-  afterAll(() => rmSync(out, { recursive: true, force: true }))
+  afterAll(() => {
+    rmSync(out, { recursive: true, force: true })
+    rmSync(app, { recursive: true, force: true })
+  })
 
   /** One task on stdin, in job mode on the embedded broker: what it published, and its exit. */
   const start = (options: { readonly warm?: boolean; readonly write?: boolean } = {}) => {

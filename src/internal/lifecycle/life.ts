@@ -12,6 +12,7 @@ import {
   Duration,
   Effect,
   Layer,
+  MutableRef,
   Option,
   Redacted,
   Ref,
@@ -92,6 +93,8 @@ export interface Life<A, I, O, R> extends Observed<R> {
   readonly probes: Probes.ProbeServerOptions
   /** Where the transport consumes, as the log names it: the broker's URL without its password. */
   readonly broker: Ref.Ref<string>
+  /** In job mode, the deliveries the broker took back unsettled (`JobMode.countTakenBack`). */
+  readonly takenBack: MutableRef.MutableRef<number>
 }
 
 /** The life being built, for the steps after its first. */
@@ -193,6 +196,7 @@ const lifeStep = <A, I, O, R>(worker: Worker<A, I, O, R>, options: LifeOptions) 
       watched,
       probes,
       broker: yield* Ref.make("the transport given"),
+      takenBack: MutableRef.make(0),
     }
     return Context.make(CurrentLife, life).pipe(
       Context.add(Probes.WorkerProbes, probes),
@@ -247,8 +251,11 @@ const transportStep = (options: LifeOptions) => {
       const transport = yield* Transport
       const life = yield* CurrentLife
       yield* Ref.set(life.connection, Option.some(transport))
+      const counted = life.settings.mode === "job"
+        ? JobMode.countTakenBack(transport, life.takenBack)
+        : transport
       // Done taking: no longer ready, while the last tasks finish.
-      return JobMode.intake(transport, life.settings, beginDraining(life))
+      return JobMode.intake(counted, life.settings, beginDraining(life))
     }),
   )
   return Layer.provide(limited, built)
@@ -382,8 +389,9 @@ export const layer = <A, I, O, R, E2 = never>(
   )
 
 /**
- * How consuming ends — the transport or `onIdle` failing, a job done or out of reach of its
- * broker, `worker.stop()` — with the life's state `Failed` on a failure.
+ * How consuming ends — the transport or `onIdle` failing, a job done (failing if the broker took
+ * back a task it held) or out of reach of its broker, `worker.stop()` — with the life's state
+ * `Failed` on a failure.
  */
 export const consumingEnds = <A, I, O, R>(
   life: Life<A, I, O, R>,
@@ -391,7 +399,9 @@ export const consumingEnds = <A, I, O, R>(
 ): Effect.Effect<void, ConsumingError> => {
   const { running, status } = program
   return Effect.raceFirst(
-    JobMode.consumingEnds(running.await, running.inFlight, status, life.settings),
+    JobMode.consumingEnds(running.await, running.inFlight, status, life.settings).pipe(
+      Effect.andThen(JobMode.failIfTakenBack(life.takenBack)),
+    ),
     running.stopRequested,
   ).pipe(
     Effect.tapError((error) => Ref.set(life.state, LifecycleState.Failed({ error }))),

@@ -7,6 +7,7 @@ import type {
   BrokerUnreachable,
   IdleHookError,
   MissingServiceError,
+  TasksTakenBack,
   TransportError,
 } from "../../WorkerError.ts"
 
@@ -31,7 +32,7 @@ export type LifecycleState = Data.TaggedEnum<{
   Draining: {}
   /**
    * Consuming ended with `error` (the transport failing for good, the `onIdle` hook failing, a
-   * job's broker out of reach); the shutdown follows.
+   * job's broker out of reach, a job's tasks taken back unsettled); the shutdown follows.
    */
   Failed: { readonly error: ConsumingError }
 }>
@@ -57,3 +58,4 @@ export type ConsumingError =
   | IdleHookError
   | BrokerUnreachable
   | MissingServiceError
+  | TasksTakenBack
