@@ -120,6 +120,7 @@ describe("the README's Deno recipe, from a project of its own", () => {
 
     const manifest = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
       peerDependencies: Record<string, string>
+      devDependencies: Record<string, string>
     }
     writeFileSync(
       join(project, "package.json"),
@@ -132,6 +133,8 @@ describe("the README's Deno recipe, from a project of its own", () => {
       "--ignore-scripts",
       join(packDir, filename),
       ...Object.entries(manifest.peerDependencies).map(([name, range]) => `${name}@${range}`),
+      // The logger of the README's recipe for another library's logs, as its reader installs it.
+      `pino@${manifest.devDependencies.pino}`,
     ], { cwd: project, env: npmEnv() })
     expect(installed.status, said(installed)).toBe(0)
 
