@@ -18,27 +18,33 @@ const store = new AsyncLocalStorage<string>()
 const Seen = Schema.Struct({ before: Schema.String, after: Schema.String })
 const seen = () => store.getStore() ?? "none"
 
-/** A worker whose handler is `handler`, given the gate it waits on. */
+/**
+ * A worker whose handler is `handler`, given how it waits on a gate: `wait` says it is waiting,
+ * then waits until the gate opens.
+ */
 const gated = (
-  handler: (gate: Deferred.Deferred<void>) => Handler<object, typeof Seen.Type, never>,
+  handler: (wait: Effect.Effect<void>) => Handler<object, typeof Seen.Type, never>,
 ) => {
   const gate = Deferred.makeUnsafe<void>()
+  const waiting = Deferred.makeUnsafe<void>()
+  const wait = Effect.andThen(Deferred.succeed(waiting, undefined), Deferred.await(gate))
   const worker = Worker.make({
     name: "async-context",
     input: Schema.Struct({}),
     output: Seen,
     timeout: "5 seconds",
-    handler: handler(gate),
+    handler: handler(wait),
   })
-  return { gate, worker }
+  return { gate, waiting, worker }
 }
 
 /** Runs a task of `worker` in the store "app", its handler released from a call in the store "other". */
-const runReleasedFromElsewhere = async ({ gate, worker }: ReturnType<typeof gated>) => {
+const runReleasedFromElsewhere = async ({ gate, waiting, worker }: ReturnType<typeof gated>) => {
   await using harness = await WorkerHarness.start(worker)
   const run = store.run("app", () => harness.submit({}))
-  // The handler waits on the gate; opening it from the store "other" runs its waiter in this call.
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // Once the handler waits on the gate, opening it from the store "other" runs its waiter in this
+  // call.
+  await Effect.runPromise(Deferred.await(waiting))
   store.run("other", () => Effect.runSync(Deferred.succeed(gate, undefined)))
   const done = await run
   done.assertSucceeded()
@@ -47,10 +53,10 @@ const runReleasedFromElsewhere = async ({ gate, worker }: ReturnType<typeof gate
 
 describe("a handler's AsyncLocalStorage", () => {
   it("an Effect handler keeps its delivery's store after a suspension another store ends", async () => {
-    const run = gated((gate) => () =>
+    const run = gated((wait) => () =>
       Effect.gen(function* () {
         const before = seen()
-        yield* Deferred.await(gate)
+        yield* wait
         return { before, after: seen() }
       })
     )
@@ -58,10 +64,10 @@ describe("a handler's AsyncLocalStorage", () => {
   })
 
   it("an async handler starts in its delivery's store, and its awaits keep the one it entered", async () => {
-    const run = gated((gate) => async () => {
+    const run = gated((wait) => async () => {
       const before = seen()
       return await store.run(`${before}+handler`, async () => {
-        await Effect.runPromise(Deferred.await(gate))
+        await Effect.runPromise(wait)
         return { before, after: seen() }
       })
     })

@@ -67,9 +67,14 @@ describe("Slots", () => {
       const first = yield* Effect.forkChild(slots.awaitFree())
       const second = yield* Effect.forkChild(slots.awaitFree())
       yield* settle
+      expect([first.pollUnsafe(), second.pollUnsafe()]).toEqual([undefined, undefined])
       slots.resize(2)
-      yield* Fiber.join(first)
-      yield* Fiber.join(second)
+      yield* settle
+      // Both woken by the growth alone: nothing was released.
+      expect([first.pollUnsafe(), second.pollUnsafe()].map((exit) => exit?._tag)).toEqual([
+        "Success",
+        "Success",
+      ])
     }))
 
   it.effect("every fitting wait is woken: one interrupted as it wakes leaves the slot to another", () =>
