@@ -18,6 +18,14 @@ import * as unacked from "./internal/conformance/unacked.ts"
 import { ConformanceError } from "./WorkerError.ts"
 
 /**
+ * The kit could not run: the broker or the management API out of reach, or invalid options.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export { ConformanceError }
+
+/**
  * Where the protocol page is read: the report links each rule to its section there. The
  * package's own copy (`docs/protocol.md`, beside `src/` and `dist/`), of the version installed;
  * the repository's where the module has no URL of its own (a CommonJS bundle).

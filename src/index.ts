@@ -6,8 +6,6 @@
 export * as AmqpTransport from "./AmqpTransport.ts"
 /** @since 0.1.0 */
 export * as Concurrency from "./Concurrency.ts"
-/** @since 0.2.0 */
-export * as Conformance from "./Conformance.ts"
 /** @since 0.1.0 */
 export * as Decision from "./Decision.ts"
 /** @since 0.1.0 */
@@ -58,7 +56,6 @@ export * as WorkerProgram from "./WorkerProgram.ts"
 export {
   BrokerUnreachable,
   ConcurrencyError,
-  ConformanceError,
   FatalError,
   IdleHookError,
   LeaseLost,

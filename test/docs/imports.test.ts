@@ -104,6 +104,13 @@ describe("the sources' imports", () => {
     expect(importedBack(graph)).toEqual([])
   })
 
+  it("keep the conformance kit out of the worker's main index: it has an entry point of its own", () => {
+    const kit = (module: string) =>
+      module === "Conformance.ts" || module.startsWith("internal/conformance/")
+    expect([...reachedFrom(graph, "Conformance.ts")].some(kit)).toBe(true)
+    expect([...reachedFrom(graph, "index.ts")].filter(kit)).toEqual([])
+  })
+
   it("catch a circle through a type-only import", () => {
     const fixture = importsOf(join(ROOT, "test/fixtures/imports/src"))
     expect(circlesOf(fixture)).toEqual([["Public.ts", "internal/make.ts"]])

@@ -229,7 +229,7 @@ describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
       const page = run(node22, [
         "--input-type=module",
         "-e",
-        'import { Conformance } from "@async-task/worker"; console.log(Conformance.PROTOCOL_PAGE)',
+        'import * as Conformance from "@async-task/worker/conformance"; console.log(Conformance.PROTOCOL_PAGE)',
       ])
       expect(page.status, show(page)).toBe(0)
       const url = new URL(page.stdout.trim())
