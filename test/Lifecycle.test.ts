@@ -498,6 +498,19 @@ describe("Lifecycle", () => {
         )
       }))
 
+    it.effect("each change of the worker's state is logged at DEBUG, in order", () =>
+      Effect.gen(function* () {
+        const w = yield* launch(sleeper(newSeen()), { settings: { logLevel: "Debug" } })
+        yield* w.started
+        yield* w.signal("SIGTERM")
+        expect(yield* Fiber.join(w.run)).toBe(0)
+        const moves = w.logs.lines.filter((l) => l.message.startsWith("The worker's state: "))
+        expect(moves.map((l) => [l.level, l.message])).toEqual([
+          ["DEBUG", "The worker's state: Starting → Running"],
+          ["DEBUG", "The worker's state: Running → Draining"],
+        ])
+      }))
+
     it.effect("SIGINT stops the worker the same way", () =>
       Effect.gen(function* () {
         const w = yield* launch(sleeper(newSeen()))

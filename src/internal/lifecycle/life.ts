@@ -46,7 +46,7 @@ import { watchHandlers } from "./handlerWatch.ts"
 import * as Hooks from "./hooks.ts"
 import { type Observed, type ObservedConnection, probesOf } from "./probes.ts"
 import { runShutdownHooks } from "./shutdownHooks.ts"
-import { type ConsumingError, LifecycleState } from "./state.ts"
+import { type ConsumingError, LifecycleState, moveTo } from "./state.ts"
 
 /**
  * How to live a worker's life.
@@ -289,7 +289,7 @@ const CLOSE_SHARE = Duration.seconds(5)
 
 /** The life is `Draining`, unless it has `Failed`: that says why the shutdown came. */
 export const beginDraining = <A, I, O, R>(life: Life<A, I, O, R>): Effect.Effect<void> =>
-  Ref.update(life.state, (state) => (state._tag === "Failed" ? state : LifecycleState.Draining()))
+  moveTo(life.state, LifecycleState.Draining())
 
 /**
  * The shutdown, as the finalizer of the consuming step: the drain within the grace
@@ -342,7 +342,7 @@ const consumingStep = Layer.effect(
     // Its services are built already, by the services step.
     const running = yield* WorkerProgram.consume({ ...life.watched, layer: undefined })
     yield* Effect.addFinalizer(() => shutdown(life, running))
-    yield* Ref.set(life.state, LifecycleState.Running())
+    yield* moveTo(life.state, LifecycleState.Running())
     const { mode, inQueue } = life.settings
     const name = life.worker.name
     const broker = yield* Ref.get(life.broker)
@@ -358,10 +358,27 @@ const consumingStep = Layer.effect(
 )
 
 /**
- * The life of `worker` as one layer graph, read from the bottom up: the order its steps are
- * built in; closing its scope releases them from the top down. `beforeStartup` runs right
- * after the life is made: the process's probe server, up from the start to the end of the
- * shutdown.
+ * Layers built in the order given, each with what the ones before it provide, all they provide
+ * merged; closing the scope releases them in the reverse order.
+ */
+const inOrder = (...steps: ReadonlyArray<Layer.Any>): Layer.Layer<any, any, any> =>
+  (steps as ReadonlyArray<Layer.Layer<any, any, any>>).reduce((built, step) =>
+    step.pipe(Layer.provideMerge(built))
+  )
+
+/**
+ * The life of `worker` as one layer graph: its steps in the order they are built. The shutdown
+ * releases them in the reverse order, so that it goes:
+ *
+ * 1. the drain (intake stopped, in-flight tasks given the grace, the rest requeued), then the
+ *    shutdown hooks: the consuming step's finalizer, within {@link shutdownBound};
+ * 2. the transport: the broker connection closed;
+ * 3. the probe server (`beforeStartup`), up until here so that `/ready` says `draining`;
+ * 4. the runtime metrics and the event loop's watch;
+ * 5. the definition's services (its `layer`);
+ * 6. only then what the scope's owner holds (an app's own layers).
+ *
+ * `beforeStartup` runs right after the life is made.
  */
 export const layer = <A, I, O, R, E2 = never>(
   worker: Worker<A, I, O, R>,
@@ -376,17 +393,16 @@ export const layer = <A, I, O, R, E2 = never>(
 > =>
   // Fresh: Effect 4 shares a layer value across the graphs built with one memo map, and each
   // worker of an app lives a life of its own.
-  Layer.fresh(
-    consumingStep.pipe(
-      Layer.provideMerge(transportStep(options)),
-      Layer.provideMerge(startupStep),
-      Layer.provideMerge(steps.beforeStartup ?? Layer.empty),
-      Layer.provideMerge(lifeStep(worker, options)),
-      Layer.provideMerge(WorkerProgram.layerServices(worker)),
-      Layer.provideMerge(loggingStep(worker.name)),
-      Layer.provideMerge(settingsStep(worker, options)),
-    ),
-  )
+  Layer.fresh(inOrder(
+    settingsStep(worker, options),
+    loggingStep(worker.name),
+    WorkerProgram.layerServices(worker),
+    lifeStep(worker, options),
+    steps.beforeStartup ?? Layer.empty,
+    startupStep,
+    transportStep(options),
+    consumingStep,
+  ))
 
 /**
  * How consuming ends — the transport or `onIdle` failing, a job done (failing if the broker took
@@ -404,7 +420,7 @@ export const consumingEnds = <A, I, O, R>(
     ),
     running.stopRequested,
   ).pipe(
-    Effect.tapError((error) => Ref.set(life.state, LifecycleState.Failed({ error }))),
+    Effect.tapError((error) => moveTo(life.state, LifecycleState.Failed({ error }))),
   )
 }
 

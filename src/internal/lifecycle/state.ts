@@ -2,7 +2,7 @@
  * Where a worker is in its life, and why consuming ended if it did not end cleanly: what the
  * life's parts (`life.ts`, `process.ts`, `probes.ts`) move the worker through and read.
  */
-import { Data } from "effect"
+import { Data, Effect, Ref } from "effect"
 import type {
   BrokerUnreachable,
   IdleHookError,
@@ -59,3 +59,23 @@ export type ConsumingError =
   | BrokerUnreachable
   | MissingServiceError
   | TasksTakenBack
+
+/**
+ * Moves a life to `next`: every change of its state after `Starting` goes through here, and is
+ * logged at DEBUG. `Failed` is final, as it says why the shutdown came (the drain that follows it
+ * keeps it), and a state entered already is not entered again.
+ */
+export const moveTo = (
+  state: Ref.Ref<LifecycleState>,
+  next: LifecycleState,
+): Effect.Effect<void> =>
+  Effect.flatMap(
+    Ref.modify(state, (current): [LifecycleState | undefined, LifecycleState] =>
+      current._tag === "Failed" || current._tag === next._tag
+        ? [undefined, current]
+        : [current, next]),
+    (from) =>
+      from === undefined
+        ? Effect.void
+        : Effect.logDebug(`The worker's state: ${from._tag} → ${next._tag}`),
+  )
