@@ -70,9 +70,9 @@ export const limitIntake = (
 /**
  * The transport, counting in `takenBack` each delivery whose lease is lost before the worker
  * settles it: the broker took its task back (a connection or channel lost, a lease expired), what
- * its handler came to was thrown away, and it runs again elsewhere. A settled delivery's lease is
- * never lost: a task concluded (a success or a failure), retried or requeued by the worker is not
- * counted.
+ * its handler came to was thrown away, and it runs again elsewhere. A delivery the worker settled
+ * (a task concluded, retried or requeued) is no longer listened to: on RabbitMQ the deliveries of a
+ * channel share one loss, which a channel closed after an ack still reports.
  *
  * @since 0.3.0
  * @category combinators
@@ -83,11 +83,17 @@ export const countTakenBack = (
 ): Transport["Service"] =>
   Transport.of({
     ...transport,
-    take: Effect.map(transport.take, (delivery) => {
-      if (Option.isSome(delivery)) {
-        delivery.value.lease.onLost(() => MutableRef.increment(takenBack))
-      }
-      return delivery
+    take: Effect.map(transport.take, (taken) => {
+      if (Option.isNone(taken)) return taken
+      const delivery = taken.value
+      const stop = delivery.lease.onLost(() => MutableRef.increment(takenBack))
+      const settling = <E>(settle: Effect.Effect<void, E>) => Effect.tap(settle, Effect.sync(stop))
+      return Option.some({
+        ...delivery,
+        ack: settling(delivery.ack),
+        requeue: settling(delivery.requeue),
+        release: settling(delivery.release),
+      })
     }),
   })
 

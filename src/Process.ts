@@ -97,19 +97,16 @@ const launcherExit = (
   parentPid: () => number,
   packageRunner: () => boolean,
 ): Effect.Effect<void> =>
-  pid === 1 || launcher <= 1
-    ? Effect.never
-    : Effect.suspend(() =>
-      packageRunner()
-        ? Effect.sync(parentPid).pipe(
-          Effect.repeat({
-            schedule: Schedule.spaced(LAUNCHER_POLL),
-            until: (parent) => parent !== launcher,
-          }),
-          Effect.asVoid,
-        )
-        : Effect.never
+  Effect.suspend(() => {
+    if (pid === 1 || launcher <= 1 || !packageRunner()) return Effect.never
+    return Effect.sync(parentPid).pipe(
+      Effect.repeat({
+        schedule: Schedule.spaced(LAUNCHER_POLL),
+        until: (parent) => parent !== launcher,
+      }),
+      Effect.asVoid,
     )
+  })
 
 /**
  * Whether a package runner started the process: npm, npx, pnpm, yarn, bun and `deno task` each

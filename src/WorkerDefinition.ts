@@ -123,13 +123,16 @@ export interface WorkerDefinition<A, I, O, R, E = unknown, RL = never, RIn = nev
 export type Hook<R> = Hooks.Hook<R>
 
 /**
- * A validated worker definition.
+ * A validated worker definition, requiring `R` of whoever runs it; its own `layer` provides `RL`
+ * (since 0.3.0), which a test that replaces that layer must provide instead.
  *
  * @since 0.1.0
  * @category models
  */
-export interface Worker<A, I, O, R> {
+export interface Worker<A, I, O, R, RL = never> {
   readonly _tag: "Worker"
+  /** The services the definition's own `layer` provides: a type only, never set. */
+  readonly "~services"?: ((services: RL) => void) | undefined
   readonly name: string
   readonly input: Schema.Codec<A, I>
   readonly output: Schema.Codec<O, any>
@@ -266,7 +269,7 @@ const withErrors = <A, O, R, E>(
  */
 export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
   definition: WorkerDefinition<A, I, O, R, E, RL, RIn>,
-): Effect.Effect<Worker<A, I, O, Exclude<R, RL> | RIn>, WorkerDefinitionError> =>
+): Effect.Effect<Worker<A, I, O, Exclude<R, RL> | RIn, RL>, WorkerDefinitionError> =>
   Effect.suspend(() => {
     const d = definition as Partial<WorkerDefinition<A, I, O, R, E, RL, RIn>> | null | undefined
     const problem = (message: string) => Effect.fail(new WorkerDefinitionError({ message }))
@@ -346,7 +349,7 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
     }
     const instances = new Set<InstanceControls>()
     // The handler's and the hooks' services `RL` are the runner's to build from `layer`.
-    return Effect.succeed<Worker<A, I, O, any>>({
+    return Effect.succeed<Worker<A, I, O, any, any>>({
       _tag: "Worker" as const,
       instances,
       // Rejects with the ConcurrencyError itself (not a FiberFailure), running instances or not.
@@ -396,7 +399,7 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
  */
 export const make = <A, I, O, R = never, E = never, RL = never, RIn = never>(
   definition: WorkerDefinition<A, I, O, R, E, RL, RIn>,
-): Worker<A, I, O, Exclude<R, RL> | RIn> =>
+): Worker<A, I, O, Exclude<R, RL> | RIn, RL> =>
   Effect.runSync(Effect.result(validate(definition))).pipe((result) => {
     if (result._tag === "Failure") throw result.failure
     return result.success

@@ -232,9 +232,11 @@ const TasksTakenBackBase: TaggedErrorClass<"TasksTakenBack", {
  */
 export class TasksTakenBack extends TasksTakenBackBase {
   override get message(): string {
-    const tasks = this.count === 1 ? "1 task" : `${this.count} tasks`
-    return `The broker took back ${tasks} of this job before it settled them (a connection or ` +
-      "lease lost): their results were thrown away, and they run again"
+    const [tasks, them, their, they] = this.count === 1
+      ? ["1 task", "it", "its result was", "it runs"]
+      : [`${this.count} tasks`, "them", "their results were", "they run"]
+    return `The broker took back ${tasks} of this job before it settled ${them} (a connection or ` +
+      `lease lost): ${their} thrown away, and ${they} again`
   }
 }
 

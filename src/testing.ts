@@ -230,20 +230,29 @@ const readSettings = <A, I, O, R>(
 }
 
 /**
- * Makes a harness for `worker` in the current scope.
+ * Makes a harness for `worker` in the current scope. With a `layer`, the test's services stand
+ * for the definition's own, all of them: the worker's requirements and what its `layer` provides
+ * (`RL`) are the harness's, less what the test's layer provides.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make = <A, I, O, R, ROut = never>(
-  worker: Worker<A, I, O, R>,
-  options: HarnessOptions & { readonly layer?: Layer.Layer<ROut, unknown, never> | undefined } = {},
-): Effect.Effect<
-  WorkerHarness<I, O>,
-  SettingsError | ServicesError,
-  Scope.Scope | Exclude<R, ROut>
-> =>
-  // What the test's layer provides is out of `R`: the layer is built beneath the program.
+export const make: {
+  <A, I, O, R, RL = never>(
+    worker: Worker<A, I, O, R, RL>,
+    options?: Omit<HarnessOptions, "layer">,
+  ): Effect.Effect<WorkerHarness<I, O>, SettingsError | ServicesError, Scope.Scope | R>
+  <A, I, O, R, RL, ROut>(
+    worker: Worker<A, I, O, R, RL>,
+    options: Omit<HarnessOptions, "layer"> & {
+      readonly layer: Layer.Layer<ROut, unknown, never>
+    },
+  ): Effect.Effect<
+    WorkerHarness<I, O>,
+    SettingsError | ServicesError,
+    Scope.Scope | Exclude<R | RL, ROut>
+  >
+} = <A, I, O>(worker: Worker<A, I, O, unknown>, options: HarnessOptions = {}) =>
   Effect.gen(function* () {
     const settings = yield* readSettings(worker, options)
     // The worker's log settings and the harness's clock, for the engine's lines and the
@@ -328,11 +337,7 @@ export const make = <A, I, O, R, ROut = never>(
         }),
     }
     return harness
-  }) as Effect.Effect<
-    WorkerHarness<I, O>,
-    SettingsError | ServicesError,
-    Scope.Scope | Exclude<R, ROut>
-  >
+  }) as Effect.Effect<WorkerHarness<I, O>, SettingsError | ServicesError, any>
 
 /**
  * A harness for `async` tests, for a worker whose input is `I` as encoded (the `data.body` the
@@ -360,15 +365,18 @@ export interface AsyncWorkerHarness<I = unknown, O = unknown> extends AsyncDispo
  * @category constructors
  */
 export const start: {
-  <A, I, O>(
-    worker: Worker<A, I, O, never>,
-    options?: Omit<HarnessOptions, "clock">,
+  <A, I, O, RL = never>(
+    worker: Worker<A, I, O, never, RL>,
+    options?: Omit<HarnessOptions, "clock" | "layer">,
   ): Promise<AsyncWorkerHarness<I, O>>
-  /** A worker that requires services: the test's `layer` provides them. */
-  <A, I, O, R>(
-    worker: Worker<A, I, O, R>,
+  /**
+   * With the test's services, for all the handler needs: the worker's requirements `R` and what
+   * the definition's own `layer` provides `RL` (that layer is not built).
+   */
+  <A, I, O, R, RL = never>(
+    worker: Worker<A, I, O, R, RL>,
     options: Omit<HarnessOptions, "clock" | "layer"> & {
-      readonly layer: Layer.Layer<R, unknown, never>
+      readonly layer: Layer.Layer<R | RL, unknown, never>
     },
   ): Promise<AsyncWorkerHarness<I, O>>
 } = async <A, I, O>(
@@ -376,7 +384,7 @@ export const start: {
   options: Omit<HarnessOptions, "clock"> = {},
 ): Promise<AsyncWorkerHarness<I, O>> => {
   const scope = Scope.makeUnsafe()
-  const made = make(worker, options) as Effect.Effect<
+  const made = make(worker, options as Omit<HarnessOptions, "layer">) as Effect.Effect<
     WorkerHarness<I, O>,
     SettingsError | ServicesError,
     Scope.Scope

@@ -21,7 +21,7 @@ import * as JobMode from "../src/JobMode.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Settings from "../src/Settings.ts"
 import type { ConnectionStatus, Delivery } from "../src/Transport.ts"
-import type { TransportError } from "../src/WorkerError.ts"
+import { LeaseLost, type TransportError } from "../src/WorkerError.ts"
 
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
   Effect.sync(() => fiber.pollUnsafe() !== undefined)
@@ -162,11 +162,49 @@ describe("JobMode", () => {
         const error = yield* Effect.flip(JobMode.failIfTakenBack(takenBack))
         expect(error).toBeInstanceOf(JobMode.TasksTakenBack)
         expect(error.message).toBe(
-          "The broker took back 1 task of this job before it settled them (a connection or lease " +
-            "lost): their results were thrown away, and they run again",
+          "The broker took back 1 task of this job before it settled it (a connection or lease " +
+            "lost): its result was thrown away, and it runs again",
+        )
+        expect(new JobMode.TasksTakenBack({ count: 2 }).message).toContain(
+          "2 tasks of this job before it settled them",
         )
         // Back in the queue, as the settled ones that were given back.
         expect(yield* broker.ready("in")).toBe(3)
+      }))
+
+    it.effect("count no settled delivery when a channel's leases are lost together, as on RabbitMQ", () =>
+      Effect.gen(function* () {
+        const broker = yield* MemoryBroker.make()
+        const transport = yield* broker.transport({ inQueue: "in", outQueue: "out", capacity: 2 })
+        yield* broker.publish("in", "acked")
+        yield* broker.publish("in", "held")
+        // RabbitMQ's deliveries of one channel share one loss, which fires for every delivery
+        // taken on it, settled or not, when the channel closes.
+        const listeners = new Set<(lost: LeaseLost) => void>()
+        const shared: typeof transport = {
+          ...transport,
+          take: Effect.map(
+            transport.take,
+            Option.map((delivery) => ({
+              ...delivery,
+              lease: {
+                ...delivery.lease,
+                onLost: (listener: (lost: LeaseLost) => void) => {
+                  listeners.add(listener)
+                  return () => void listeners.delete(listener)
+                },
+              },
+            })),
+          ),
+        }
+        const takenBack = MutableRef.make(0)
+        const job = JobMode.countTakenBack(shared, takenBack)
+        const acked = Option.getOrThrow(yield* job.take)
+        yield* Effect.map(job.take, Option.getOrThrow)
+        yield* acked.ack
+        const closed = new LeaseLost({ reason: "channel_closed" })
+        for (const listener of [...listeners]) listener(closed)
+        expect(MutableRef.get(takenBack)).toBe(1)
       }))
 
     it.effect("count a lease that expires", () =>

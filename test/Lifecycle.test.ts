@@ -1227,8 +1227,8 @@ describe("Lifecycle", () => {
         expect(yield* w.published("t-1")).toEqual(["started"])
         expect(w.logs.settled("t-1").map((l) => l.annotations.outcome)).toEqual(["cancelled"])
         expect(errors(w.logs)).toEqual([
-          "The broker took back 1 task of this job before it settled them (a connection or lease " +
-          "lost): their results were thrown away, and they run again",
+          "The broker took back 1 task of this job before it settled it (a connection or lease " +
+          "lost): its result was thrown away, and it runs again",
         ])
         // Back in the queue, for another job.
         expect(yield* w.ready).toBe(1)

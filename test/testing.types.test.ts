@@ -4,7 +4,7 @@
  * wire with its `output` schema. The `@ts-expect-error` lines are checked by `deno check`.
  */
 import { describe, expect, expectTypeOf, it } from "@effect/vitest"
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, Schema, type Scope } from "effect"
 import * as WorkerHarness from "../src/testing.ts"
 import * as Worker from "../src/Worker.ts"
 
@@ -116,11 +116,27 @@ describe("the harness's types", () => {
     const fixed = Layer.succeed(Clock, { now: Effect.succeed(7) })
     await using harness = await WorkerHarness.start(needsClock, { layer: fixed })
     expect((await harness.submit({ text: "a" })).response).toEqual({ at: 7 })
+    // A worker with its own layer: the test's replaces it, so it must give what that one gives.
+    const withClock = Worker.make({
+      ...shared,
+      name: "with-clock",
+      layer: Layer.succeed(Clock, { now: Effect.succeed(1) }),
+    })
+    expectTypeOf<Worker.Requirements<typeof withClock>>().toEqualTypeOf<never>()
+    await using own = await WorkerHarness.start(withClock, { layer: fixed })
+    expect((await own.submit({ text: "a" })).response).toEqual({ at: 7 })
     const refuse = () => {
       // @ts-expect-error: the worker requires a Clock, which nothing gives
       void WorkerHarness.start(needsClock)
       // @ts-expect-error: a layer of another service
       void WorkerHarness.start(needsClock, { layer: Layer.empty })
+      // @ts-expect-error: the test's layer stands for the definition's, which gave a Clock
+      void WorkerHarness.start(withClock, { layer: Layer.empty })
+      // @ts-expect-error: likewise for the Effect harness: a Clock is left to the context
+      const partial: Effect.Effect<unknown, unknown, Scope.Scope> = WorkerHarness.make(withClock, {
+        layer: Layer.empty,
+      })
+      void partial
     }
     expect(refuse).toBeTypeOf("function")
   })

@@ -59,14 +59,14 @@ const invoke = <A, O, R>(
 /**
  * Puts the delivery's fiber in the task's async context until the handler ends, for an Effect
  * handler's Promises (which run outside the fiber) and what the fiber captures at its
- * suspensions. `enterWith` changes the context of the code running now: the fiber's resumption,
- * which Effect runs in the context it captured at the suspension, so the change ends with it.
- * Only a fiber's first run has no such scope of its own: a delivery reaches its handler there
- * only when nothing before it waited (the `started` confirm on RabbitMQ always does), and what
- * runs after it in that turn of the event loop would see the task's fields. A yield to close that
- * gap would be one more step of every task (`bench/engine.ts`).
+ * suspensions. `enterWith` changes the context of the code running now, which is the fiber's own:
+ * Effect runs each resumption of a fiber, and its first run, in the async context it captured when
+ * it suspended (or was forked), so the change goes no further than the fiber.
  */
 const enterTaskStore = (annotations: TaskAnnotations): void => taskStore.enterWith(annotations)
+
+/** The fiber out of the task's async context: its next delivery must not find this task's. */
+const leaveTaskStore = (): void => taskStore.enterWith(undefined as unknown as TaskAnnotations)
 
 /**
  * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
@@ -192,7 +192,7 @@ export function* runHandler<A, O, R>(
     running = false
     timeLimit.cancel()
     release()
-    if (invoked?.handlerEffect) taskStore.enterWith(undefined as unknown as TaskAnnotations)
+    if (invoked?.handlerEffect) leaveTaskStore()
   }
   trace?.endHandler(exit)
   // A result after the deadline (the handler blocked the event loop past it, so the timer could
