@@ -69,4 +69,9 @@ export {
   WorkerDefinitionError,
 } from "./WorkerError.ts"
 /** @since 0.3.0 */
-export { TasksTakenBack } from "./WorkerError.ts"
+export {
+  MissingServiceError,
+  ServicesError,
+  StartupHookError,
+  TasksTakenBack,
+} from "./WorkerError.ts"

@@ -147,3 +147,13 @@ describe("the public modules' exports", () => {
     ])
   })
 })
+
+describe("the main index", () => {
+  it("exports every error the SDK fails or throws with, but the conformance kit's", async () => {
+    const index = await import("../../src/index.ts")
+    const errors = Object.keys(await import("../../src/WorkerError.ts"))
+      .filter((name) => /^[A-Z]/.test(name) && !name.endsWith("Base"))
+    expect(errors.length).toBeGreaterThan(15)
+    expect(errors.filter((name) => !(name in index))).toEqual(["ConformanceError"])
+  })
+})
