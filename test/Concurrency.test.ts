@@ -26,6 +26,7 @@ import * as WorkerMetrics from "../src/WorkerMetrics.ts"
 import { setImmediate } from "node:timers"
 import { captureLogs, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks each wait at their own gate until the test opens it with an outcome,
@@ -127,9 +128,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
     ...overrides,
   })
 
-const envelope = (taskId: string) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: {} } })
-
 /** The broker's view of the queues of the worker whose settings are in context. */
 const queues = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
@@ -140,7 +138,7 @@ const queues = Effect.gen(function* () {
     submit: (...taskIds: ReadonlyArray<string>) =>
       Effect.forEach(
         taskIds,
-        (taskId) => broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie),
+        (taskId) => broker.publish(settings.inQueue, envelope(taskId, {})).pipe(Effect.orDie),
         { discard: true },
       ),
     published,
@@ -381,7 +379,7 @@ describe("Concurrency", () => {
         }
         const handle = (taskId: string) =>
           Effect.gen(function* () {
-            yield* broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie)
+            yield* broker.publish(settings.inQueue, envelope(taskId, {})).pipe(Effect.orDie)
             const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
             return yield* Effect.forkChild(engine.handle(delivery))
           })

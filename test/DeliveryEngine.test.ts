@@ -24,7 +24,7 @@ import * as EventLoop from "../src/EventLoop.ts"
 import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import type { MessageType, WireMessage } from "../src/Protocol.ts"
+import type { MessageType } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import type { TaskContext } from "../src/TaskContext.ts"
 import * as Transient from "../src/Transient.ts"
@@ -35,6 +35,7 @@ import { FatalError, LeaseLost, PublishError, RetryableError } from "../src/Work
 import { blockedLoop } from "./support/blockedLoop.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 import { captureLogs } from "./support/logs.ts"
+import { envelope, textOf, wireOf } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -161,12 +162,6 @@ const fixedRandom = (r: number): Random.Random => ({
   nextIntUnsafe: () => Math.floor(r * Number.MAX_SAFE_INTEGER),
 })
 
-const decoder = new TextDecoder()
-const decode = (body: Uint8Array) => JSON.parse(decoder.decode(body)) as WireMessage
-
-const envelope = (taskId: string, body: unknown) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
-
 /**
  * The engine of `worker` built by hand over a MemoryBroker, for what the harness does not
  * expose: leases, classic queues, and a transport or delivery wrapped to watch the order of
@@ -240,7 +235,7 @@ const makeEngine = <A, I, O>(
       }).pipe(Effect.orDie)
     const outbound = Effect.map(
       broker.published(settings.outQueue),
-      (messages) => messages.map((m) => decode(m.body)),
+      (messages) => messages.map((m) => wireOf(m.body)),
     )
     return { settings, broker, engine, take, takeLosable, outbound }
   })
@@ -270,7 +265,7 @@ describe("DeliveryEngine", () => {
           run.assertFailed({ code: "EMPTY_TEXT" })
           expect(run.messageTypes).toEqual(["started", "failure"])
           expect(run.error).toEqual({ code: "EMPTY_TEXT", message: "There is nothing to count." })
-          expect(decoder.decode(run.raw[1]!)).toBe(
+          expect(textOf(run.raw[1]!)).toBe(
             '{"task_id":"t-fatal","data":{"message_type":"failure","error_message":{"code":"EMPTY_TEXT","message":"There is nothing to count."}}}',
           )
           const line = expectSettled(logs, {
@@ -412,7 +407,7 @@ describe("DeliveryEngine", () => {
           expect(runs).toBe(0)
           run.assertFailed({ code: "INVALID_INPUT" })
           expect(run.error!.message).toContain("language")
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain(secret)
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain(secret)
           for (const line of logs.lines) {
             expect(line.message).not.toContain(secret)
             expect(JSON.stringify(line.annotations)).not.toContain(secret)
@@ -454,7 +449,7 @@ describe("DeliveryEngine", () => {
           expect(run.messageTypes).toEqual(["started", "failure"])
           expect(run.error!.message).toContain("stats.ratio")
           expect(run.error!.message).toContain("non-finite")
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("null")
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain("null")
           expectSettled(logs, {
             outcome: "failure",
             action: "conclude",
@@ -566,7 +561,7 @@ describe("DeliveryEngine", () => {
             const run = yield* harness.submit({ text: "x" }, { taskId: "t-internal" })
             run.assertFailed({ code: "INTERNAL_ERROR" })
             expect(run.error!.message).toBe(INTERNAL_SENTENCE)
-            for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+            for (const raw of run.raw) expect(textOf(raw)).not.toContain("hunter2")
             for (const line of logs.lines) {
               expect(line.message).not.toContain("hunter2")
               expect(JSON.stringify(line.annotations)).not.toContain("hunter2")
@@ -620,7 +615,7 @@ describe("DeliveryEngine", () => {
           run.assertSucceeded()
           expect(run.response).toEqual({ words: 3 })
           expect(run.messageTypes).toEqual(["started", "success"])
-          expect(decoder.decode(run.raw[1]!)).toBe(
+          expect(textOf(run.raw[1]!)).toBe(
             '{"task_id":"t-ok","data":{"message_type":"success","response":{"words":3}}}',
           )
           const line = expectSettled(logs, {
@@ -1129,7 +1124,7 @@ describe("DeliveryEngine", () => {
         last.assertFailed({ code: "RETRY_EXHAUSTED" })
         expect(last.error?.message).toBe("The task failed on each of its 3 attempts.")
         for (const run of runs) {
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain("hunter2")
         }
         const noted = lines.filter((l) => l.message.startsWith("The handler failed"))
         expect(noted.map((l) => [l.level, l.message])).toEqual([
@@ -2152,7 +2147,7 @@ describe("DeliveryEngine", () => {
           }
           yield* waitUntil(() => logs.settled().length === 10, "every task settled")
           const out = yield* broker.published(settings.outQueue)
-          for (const m of out) published.push(decode(m.body).data.message_type)
+          for (const m of out) published.push(wireOf(m.body).data.message_type)
           expect(runs).toBe(10)
           expect(published.filter((t) => t === "success")).toHaveLength(10)
           // Each on its first attempt: not one burned by the refusing output.
@@ -2219,7 +2214,7 @@ describe("DeliveryEngine", () => {
             expectSettled(logs, { outcome: "success", action: "conclude", taskId: id, attempt: 1 })
           }
           expect([...runs.values()]).toEqual([1, 1, 1])
-          const out = (yield* broker.published(settings.outQueue)).map((m) => decode(m.body))
+          const out = (yield* broker.published(settings.outQueue)).map((m) => wireOf(m.body))
           const big = out.filter((m) => m.task_id === "t-big")
           expect(big.map((m) => m.data.message_type)).toEqual(["started", "failure"])
           expect(big[1]!.data).toMatchObject({ error_message: { code: "OUTPUT_TOO_LARGE" } })

@@ -7,6 +7,7 @@ import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { captureLogs, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks sleep for as long as their input says, recording what became of them.
@@ -66,15 +67,12 @@ const watchIntake = () => {
   return { watch, layer }
 }
 
-const envelope = (taskId: string, seconds: number) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
-
 /** The broker's view of the worker's queues. */
 const queues = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   const settings = yield* Settings.Settings
   const submit = (taskId: string, seconds: number) =>
-    broker.publish(settings.inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
+    broker.publish(settings.inQueue, envelope(taskId, { seconds })).pipe(Effect.orDie)
   /** The message types published for a task. */
   const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
   return {

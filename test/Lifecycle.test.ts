@@ -27,6 +27,7 @@ import * as Worker from "../src/Worker.ts"
 import { FatalError, ProbeError, RetryableError, TransportError } from "../src/WorkerError.ts"
 import { publishedTypes } from "./support/environment.ts"
 import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -126,9 +127,6 @@ const neverClosing = (
 const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
   Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
-const envelope = (taskId: string, seconds: number) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
-
 /**
  * The environment the settings are read from: only these variables. Each run's probe server
  * listens on an ephemeral port of the loopback.
@@ -212,7 +210,7 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
       Effect.forkChild,
     )
     const submit = (taskId: string, seconds: number) =>
-      broker.publish(inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
+      broker.publish(inQueue, envelope(taskId, { seconds })).pipe(Effect.orDie)
     /** The message types published for a task. */
     const published = (taskId: string) => publishedTypes(broker, outQueue, taskId)
     const started = waitUntil(

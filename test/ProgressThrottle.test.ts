@@ -6,8 +6,7 @@ import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import type { Transport } from "../src/Transport.ts"
 import { PublishError } from "../src/WorkerError.ts"
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
-
-const decoder = new TextDecoder()
+import { textOf } from "./support/builders.ts"
 
 interface Sent {
   /** TestClock time of the publish, in milliseconds. */
@@ -34,7 +33,7 @@ const makePublisher = () => {
         return yield* new PublishError({ reason: "nacked", messageType: type })
       }
       const at = yield* Clock.currentTimeMillis
-      const text = decoder.decode(body)
+      const text = textOf(body)
       sent.push({ at, type, messageId: options?.messageId, text, message: JSON.parse(text) })
     })
   return {

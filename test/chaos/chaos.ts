@@ -21,6 +21,7 @@ import { Buffer } from "node:buffer"
 import amqp from "amqplib"
 import { BROKER_PORT, RABBITMQCTL, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
+import { envelope } from "../support/builders.ts"
 
 export type { Runtime }
 
@@ -560,8 +561,6 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
   // The tasks: ids counted, some perhaps dropped or doubled to check the accounting itself.
   const ids = Array.from({ length: options.tasks }, (_, i) => `${name}-${i}`)
   const dropped = new Set(ids.slice(0, options.dropTasks ?? 0))
-  const envelope = (id: string) =>
-    JSON.stringify({ task_id: id, data: { message_type: "submission", body: { id } } })
   const order = [
     ...ids.filter((id) => !dropped.has(id)),
     ...ids.slice(ids.length - (options.duplicateTasks ?? 0)),
@@ -576,7 +575,7 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
   // The faults' thresholds count the tasks of the first batch only, which can all conclude
   // before the reserve is published.
   const firstExpected = new Set(first).size
-  await publishTasks(url, inQueue, first.map(envelope))
+  await publishTasks(url, inQueue, first.map((id) => envelope(id, { id })))
   log(`published ${first.length} envelopes on ${CHAOS_VHOST}/${inQueue}, ${reserve} held back`)
 
   // The output queue, read throughout.
@@ -728,7 +727,11 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
       const backlog = 2 * options.concurrency * workerCount
       const topUp = Math.min(topUpsLeft, Math.max(0, backlog - (published - concludedCount)))
       if (topUp > 0) {
-        await publishTasks(url, inQueue, heldBack.splice(0, topUp).map(envelope))
+        await publishTasks(
+          url,
+          inQueue,
+          heldBack.splice(0, topUp).map((id) => envelope(id, { id })),
+        )
         published += topUp
         topUpsLeft -= topUp
         log(`published ${topUp} of the envelopes held back, for a backlog at fault ${index + 1}`)
@@ -881,7 +884,7 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
     }
 
     // Every fault has struck: the reserve, then the rest of the tasks.
-    await publishTasks(url, inQueue, heldBack.map(envelope))
+    await publishTasks(url, inQueue, heldBack.map((id) => envelope(id, { id })))
     log(`published the last ${heldBack.length} envelopes held back`)
     while (
       concludedCount < expected &&

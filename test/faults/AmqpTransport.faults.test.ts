@@ -11,6 +11,7 @@ import * as Settings from "../../src/Settings.ts"
 import { Transport } from "../../src/Transport.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "../integration/broker.ts"
+import { textOf } from "../support/builders.ts"
 
 const rabbitmqctl = (...args: ReadonlyArray<string>) =>
   execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 120_000 })
@@ -25,8 +26,6 @@ const ensureBrokerRunning = () => {
   }
   rabbitmqctl("await_startup")
 }
-
-const decoder = new TextDecoder()
 
 const worker = (name: string) =>
   Worker.make({
@@ -50,7 +49,7 @@ const fencingWatch = () => {
       if (next._tag === "None") return next
       const delivery = next.value
       try {
-        const taskId = JSON.parse(decoder.decode(delivery.body)).task_id as string
+        const taskId = JSON.parse(textOf(delivery.body)).task_id as string
         lost.set(taskId, false)
         delivery.lease.onLost(() => lost.set(taskId, true))
       } catch {
@@ -61,7 +60,7 @@ const fencingWatch = () => {
     publish: (body, type) =>
       Effect.suspend(() => {
         if (type === "success" || type === "failure") {
-          const taskId = JSON.parse(decoder.decode(body)).task_id as string
+          const taskId = JSON.parse(textOf(body)).task_id as string
           if (lost.get(taskId) === true) violations++
         }
         return transport.publish(body, type)

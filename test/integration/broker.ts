@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto"
 import { Buffer } from "node:buffer"
 import process from "node:process"
 import amqp from "amqplib"
+import { envelope } from "../support/builders.ts"
 
 export const QUORUM_VHOST = "async-task-worker-quorum"
 export const CLASSIC_VHOST = "async-task-worker-classic"
@@ -87,8 +88,7 @@ export const platform = async (vhost: string) => {
         persistent: true,
         contentType: "application/json",
       }),
-    envelope: (taskId: string, body: unknown) =>
-      JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } }),
+    envelope,
     /** Takes every message now on the queue. */
     drain: async (queue: string): Promise<Array<OutMessage>> => {
       const out: Array<OutMessage> = []

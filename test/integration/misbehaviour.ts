@@ -23,6 +23,7 @@ import {
   type Runtime,
   runtimeSpec,
 } from "../support/runtimes.ts"
+import { envelope } from "../support/builders.ts"
 
 const WORKER = join(ROOT, "test/fixtures/misbehaviour/worker.mjs")
 
@@ -228,9 +229,6 @@ const waitExit = async (child: Child, ms: number): Promise<number | null> => {
 
 const tailOf = (child: Child) => () =>
   `\n--- stdout ---\n${child.stdout().slice(-6000)}\n--- stderr ---\n${child.stderr().slice(-2000)}`
-
-const envelope = (taskId: string, body: unknown) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
 
 const killChild = async (child: Child) => {
   if (!child.running()) return
