@@ -13,7 +13,6 @@ import {
   Logger,
   Option,
   Random,
-  References,
   Schema,
   Scope,
 } from "effect"
@@ -34,7 +33,14 @@ import * as Worker from "../src/Worker.ts"
 import { FatalError, LeaseLost, PublishError, RetryableError } from "../src/WorkerError.ts"
 import { blockedLoop } from "./support/blockedLoop.ts"
 import { memoryEnvironment } from "./support/environment.ts"
-import { captureLogs } from "./support/logs.ts"
+import {
+  captureLogs,
+  isDone,
+  type LogLine,
+  type Logs,
+  waitUntil,
+  withLogs,
+} from "./support/logs.ts"
 import { envelope, textOf, wireOf } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
@@ -69,40 +75,7 @@ const counting = define(({ text }) => Effect.succeed({ words: countWords(text) }
 const INTERNAL_SENTENCE = "The worker failed while running the task."
 
 // ---------------------------------------------------------------------------------------------
-// Log capture: every line with its message, level and annotations.
-
-interface LogLine {
-  readonly level: string
-  readonly message: string
-  readonly annotations: Readonly<Record<string, unknown>>
-}
-
-interface Logs {
-  readonly lines: ReadonlyArray<LogLine>
-  /** The decision lines, of one task when `taskId` is given. */
-  readonly settled: (taskId?: string) => ReadonlyArray<LogLine>
-}
-
-const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.suspend(() => {
-    const lines: Array<LogLine> = []
-    const logger = Logger.make(({ fiber, logLevel, message }) => {
-      lines.push({
-        level: logLevel,
-        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: fiber.getRef(References.CurrentLogAnnotations),
-      })
-    })
-    const logs: Logs = {
-      lines,
-      settled: (taskId) =>
-        lines.filter((l) =>
-          l.message.startsWith("Delivery settled:") &&
-          (taskId === undefined || l.annotations.task_id === taskId)
-        ),
-    }
-    return Effect.provide(body(logs), Logger.layer([logger]))
-  })
+// Log lines (captured by test/support/logs.ts)
 
 /** The harness logs nothing unless asked: the tests that read its lines ask for all of them. */
 const LOGGED = { logLevel: "debug" } as const
@@ -142,19 +115,6 @@ const expectSettled = (logs: Logs, expected: ExpectedDecision): LogLine => {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/** Yields until `check` holds; dies if it never does. */
-const waitUntil = (check: () => boolean, what: string) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 2000; i++) {
-      if (check()) return
-      yield* Effect.yieldNow
-    }
-    return yield* Effect.die(new Error(`Gave up waiting until ${what}`))
-  })
-
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
 /** Random numbers that are always `r`. */
 const fixedRandom = (r: number): Random.Random => ({
@@ -1772,7 +1732,7 @@ describe("DeliveryEngine", () => {
           if (!blockFirst) yield* blocked
           yield* lose
           const decision = yield* Fiber.join(fiber)
-          const warnings = logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)
+          const warnings = logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)
           return { decision, warnings }
         })
 

@@ -5,7 +5,7 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Settings from "../src/Settings.ts"
 import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
-import { captureLogs, waitUntil } from "./support/logs.ts"
+import { captureLogs, isDone, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
 import { envelope } from "./support/builders.ts"
 
@@ -47,9 +47,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
 
 /** The transport in context, saying when its intake has stopped. */
 const watchIntake = () => {
@@ -146,7 +143,7 @@ describe("Drain", () => {
       expect(logs.settled("t-fast").map((l) => l.annotations.outcome)).toEqual(["success"])
       expect(
         logs.lines.some((l) =>
-          l.level === "WARN" && l.message.includes("did not finish within the grace period")
+          l.level === "Warn" && l.message.includes("did not finish within the grace period")
         ),
       ).toBe(true)
     }).pipe(Effect.scoped, Effect.provide(environment(worker)), Effect.provide(logs.layer))

@@ -23,9 +23,7 @@ import * as Settings from "../src/Settings.ts"
 import type { ConnectionStatus, Delivery } from "../src/Transport.ts"
 import type { TransportError } from "../src/WorkerError.ts"
 import { textOf } from "./support/builders.ts"
-
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
+import { isDone } from "./support/logs.ts"
 
 /**
  * The session loop (as `AmqpTransport.make` runs it, its default backoff capped at 3 s) against a

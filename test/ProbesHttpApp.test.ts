@@ -157,7 +157,7 @@ describe("Probes.httpEffect", () => {
         status: "error",
         error: { code: "PROBE_FAILED", message: "The probe /metrics failed unexpectedly." },
       })
-      expect(logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)).toEqual([
+      expect(logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)).toEqual([
         expect.stringMatching(/^The probe \/metrics failed unexpectedly/),
       ])
     }).pipe(Effect.provide(logs.layer))
