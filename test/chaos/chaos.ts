@@ -22,6 +22,7 @@ import amqp from "amqplib"
 import { BROKER_PORT, RABBITMQCTL, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
 import { envelope } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
 export type { Runtime }
 
@@ -175,8 +176,6 @@ export interface ChaosReport {
   readonly logDir: string
   readonly notes: ReadonlyArray<string>
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 
 // ---------------------------------------------------------------------------------------------
 // The broker

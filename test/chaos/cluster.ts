@@ -41,6 +41,7 @@ import {
 import { type FaultProxy, startProxy } from "./fault-proxy.ts"
 import type { Runtime } from "../support/runtimes.ts"
 import { envelope } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
 const VHOST = "cluster-chaos"
 const IN_QUEUE = "chaos-cluster_queue_in"
@@ -50,7 +51,6 @@ const HANG_S = 15
 const PARTITION_S = 40
 const LONG_HANG_S = 80
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 const secondsSince = (from: number, to: number | undefined) =>
   to === undefined ? undefined : (to - from) / 1000
 

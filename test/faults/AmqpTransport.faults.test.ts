@@ -12,11 +12,10 @@ import { Transport } from "../../src/Transport.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "../integration/broker.ts"
 import { textOf } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
 const rabbitmqctl = (...args: ReadonlyArray<string>) =>
   execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 120_000 })
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const ensureBrokerRunning = () => {
   try {

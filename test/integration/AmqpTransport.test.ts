@@ -27,6 +27,7 @@ import {
   urlFor,
 } from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
 
@@ -39,15 +40,6 @@ const rabbitmqctl = (...args: ReadonlyArray<string | { readonly ignoreFailure: b
   }
 }
 
-/** Polls `check` every 20 ms for at most 20 s. */
-const waitFor = async (check: () => boolean) => {
-  const deadline = Date.now() + 20_000
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error("gave up waiting")
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
 /** Publishes to `queue` until it refuses one (a policy takes a moment to apply). */
 const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, queue: string) => {
   const deadline = Date.now() + 20_000
@@ -56,7 +48,7 @@ const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, qu
     const refused = await broker.confirmed().then(() => false, () => true)
     if (refused) return
     // A quorum queue takes one message past its limit before it refuses: it stays there.
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
   }
   throw new Error(`${queue} still accepts publishes`)
 }
@@ -355,7 +347,10 @@ describe("AmqpTransport on RabbitMQ", () => {
         broker.publish(`${name}_queue_in`, broker.envelope("t-drained", { text: "a" }))
         for (let i = 0; i < 3; i++) {
           const stopped = worker(false)
-          await waitFor(() => seen.length === i + 1)
+          await pollUntil(`run ${i + 1} of the handler`, () => seen.length === i + 1, {
+            ms: 20_000,
+            every: 20,
+          })
           await stopped.stop()
           lines.push(...decisions(stopped.logs))
         }
@@ -364,7 +359,10 @@ describe("AmqpTransport on RabbitMQ", () => {
           await broker.waitForQueues(name)
           const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
           expect(out.at(-1)!.type).toBe("success")
-          await waitFor(() => decisions(last.logs).length === 1)
+          await pollUntil("the decision line", () => decisions(last.logs).length === 1, {
+            ms: 20_000,
+            every: 20,
+          })
           lines.push(...decisions(last.logs))
         } finally {
           await last.stop()
@@ -602,7 +600,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         broker.publish(`${name}_queue_in`, broker.envelope("t-refused", { text: "a b c" }))
         await broker.confirmed()
         const cpuBefore = process.cpuUsage()
-        await new Promise((resolve) => setTimeout(resolve, 10_000))
+        await sleep(10_000)
         const cpu = process.cpuUsage(cpuBefore)
         const held = decisions(worker.logs)
         // The queue accepts again. On RabbitMQ 3.10 a quorum queue keeps refusing once its
@@ -623,7 +621,10 @@ describe("AmqpTransport on RabbitMQ", () => {
         expect(out.filter(terminal).map((m) => m.text)).toEqual([
           `{"task_id":"t-refused","data":{"message_type":"success","response":{"words":3}}}`,
         ])
-        await waitFor(() => decisions(worker.logs).length === 1)
+        await pollUntil("the decision line", () => decisions(worker.logs).length === 1, {
+          ms: 20_000,
+          every: 20,
+        })
         expect(decisions(worker.logs)[0]).toMatch(
           /^Delivery settled: outcome=success .*attempt=1\/5/,
         )

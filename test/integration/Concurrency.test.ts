@@ -10,6 +10,7 @@ import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
 
@@ -25,26 +26,24 @@ const queueStats = (queue: string): { readonly unacked: number; readonly ready: 
   return { unacked: Number(line[1]), ready: Number(line[2]) }
 }
 
-/** Polls `probe` until `done` holds, within `ms`; fails with the last value read. */
+/**
+ * Polls `probe` every 100 ms until `done` holds of what it reads, within `ms`; fails with the last
+ * value read.
+ */
 const waitFor = async <A>(
   what: string,
   probe: () => A | Promise<A>,
   done: (a: A) => boolean,
   ms = 20_000,
 ): Promise<A> => {
-  const deadline = Date.now() + ms
-  let last: A
-  for (;;) {
-    last = await probe()
-    if (done(last)) return last
-    if (Date.now() > deadline) {
-      throw new Error(`${what}: not within ${ms} ms; last ${JSON.stringify(last)}`)
-    }
-    await sleep(100)
-  }
+  let last: A | undefined
+  const found = await pollUntil(what, async () => {
+    const value = await probe()
+    last = value
+    return done(value) && { value }
+  }, { ms, every: 100, said: () => `; last ${JSON.stringify(last)}` })
+  return found.value
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Runs `worker` on RabbitMQ (quorum vhost) until stopped; resolves `done` when `serve` ends. */
 const runWorker = <A, I, O>(

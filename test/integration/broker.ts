@@ -10,6 +10,7 @@ import { Buffer } from "node:buffer"
 import process from "node:process"
 import amqp from "amqplib"
 import { envelope } from "../support/builders.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 export const QUORUM_VHOST = "async-task-worker-quorum"
 export const CLASSIC_VHOST = "async-task-worker-classic"
@@ -69,18 +70,14 @@ export const platform = async (vhost: string) => {
   // A confirm channel: what `publish` sends is on the broker once `close` (or `confirmed`) returns.
   const channel = await connection.createConfirmChannel()
   const waitForQueue = async (queue: string, ms = 20_000) => {
-    const deadline = Date.now() + ms
-    while (Date.now() < deadline) {
+    await pollUntil(`${queue} declared`, async () => {
       const probe = await connection.createChannel()
       probe.on("error", () => {})
       const found = await probe.checkQueue(queue).then(() => true, () => false)
-      if (found) {
-        await probe.close()
-        return
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-    throw new Error(`${queue} was not declared within ${ms} ms`)
+      // The check of a missing queue closes the probe's channel; a found one leaves it open.
+      if (found) await probe.close()
+      return found
+    }, { ms })
   }
   return {
     publish: (queue: string, body: string) =>
@@ -113,7 +110,7 @@ export const platform = async (vhost: string) => {
         const deadline = Date.now() + 10_000
         let message = await holder.get(queue, { noAck: false })
         while (message === false && Date.now() < deadline) {
-          await new Promise((resolve) => setTimeout(resolve, 20))
+          await sleep(20)
           message = await holder.get(queue, { noAck: false })
         }
         if (message === false) throw new Error(`${queue} is empty`)
@@ -132,7 +129,7 @@ export const platform = async (vhost: string) => {
         const message = await channel.get(queue, { noAck: true })
         if (message === false) {
           if (done(all)) return all
-          await new Promise((resolve) => setTimeout(resolve, 20))
+          await sleep(20)
           continue
         }
         all.push(toOut(message))

@@ -19,6 +19,7 @@ import {
   runtimeSpec,
 } from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { sleep } from "../support/waits.ts"
 
 const FIXTURES = join(ROOT, "test/fixtures/cli")
 const WORKERS = join(FIXTURES, "workers.mjs")
@@ -47,8 +48,6 @@ interface CliProcess {
 }
 
 const live = new Set<ChildProcess>()
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** A port on 127.0.0.1 where nothing listens (bound, then released). */
 const deadPort = (): Promise<number> =>

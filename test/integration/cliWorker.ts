@@ -69,12 +69,3 @@ export const spawnCliWorker = (
     stdout.split("\n").slice(0, -1).filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
   return { child, exited, stdout: () => stdout, records }
 }
-
-/** Waits until `check` holds, polling every 50 ms; throws naming `what` after `ms`. */
-export const waitUntil = async (check: () => boolean, ms: number, what: string) => {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}

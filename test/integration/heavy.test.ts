@@ -16,6 +16,7 @@ import {
   uniqueName,
 } from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
+import { sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
 
@@ -41,7 +42,7 @@ describe("heavy tasks on RabbitMQ", () => {
       handler: async ({ text }, ctx) => {
         runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
         if (text === "big") return { blob: "b".repeat(20 * 1024 * 1024) }
-        await new Promise((resolve) => setTimeout(resolve, 2000))
+        await sleep(2000)
         return { blob: "small" }
       },
     })
@@ -123,7 +124,7 @@ describe("heavy tasks on RabbitMQ", () => {
       handler: async (_input, ctx) => {
         runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
         if (ctx.taskId === "t-long") {
-          await new Promise((resolve) => setTimeout(resolve, seconds * 1000))
+          await sleep(seconds * 1000)
         }
         return { blob: "done" }
       },

@@ -24,6 +24,7 @@ import {
   runtimeSpec,
 } from "../support/runtimes.ts"
 import { envelope } from "../support/builders.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const WORKER = join(ROOT, "test/fixtures/misbehaviour/worker.mjs")
 
@@ -139,8 +140,6 @@ interface Session {
   readonly tail: () => string
   readonly stderr: () => string
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 interface Child {
   readonly child: ChildProcess
@@ -263,7 +262,7 @@ const memorySession = async (runtime: Runtime): Promise<Session> => {
     tail: tailOf(child),
     stderr: child.stderr,
   }
-  await waitUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
+  await sessionUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
   return session
 }
 
@@ -324,30 +323,23 @@ const rabbitSession = async (runtime: Runtime): Promise<Session> => {
     tail: tailOf(child),
     stderr: child.stderr,
   }
-  await waitUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
+  await sessionUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
   return session
 }
 
-/** Polls `session` until `done` holds, within `ms`; fails naming `what`, with the output. */
-const waitUntil = async (
-  session: Session,
-  done: () => boolean,
-  ms: number,
-  what: string,
-): Promise<void> => {
-  const deadline = Date.now() + ms
-  for (;;) {
+/**
+ * Polls `session` until `done` holds, within `ms`; fails naming `what`, with the output, and at
+ * once if the worker ends.
+ */
+const sessionUntil = (session: Session, done: () => boolean, ms: number, what: string) =>
+  pollUntil(what, async () => {
     await session.poll()
-    if (done()) return
+    if (done()) return true
     if (!session.running()) {
       throw new Error(`the worker ended while waiting for ${what}${session.tail()}`)
     }
-    if (Date.now() > deadline) {
-      throw new Error(`${what}: not within ${ms} ms${session.tail()}`)
-    }
-    await sleep(20)
-  }
-}
+    return false
+  }, { ms, every: 20, said: session.tail })
 
 const ofTask = (session: Session, taskId: string) =>
   session.published().filter((m) => m.taskId === taskId)
@@ -435,7 +427,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           const nextId = `${taskId}--next`
           sent.push({ taskId, kind })
           await s.send(taskId, { kind: kind.kind })
-          await waitUntil(
+          await sessionUntil(
             s,
             () => ofTask(s, taskId).some(isTerminal),
             20_000,
@@ -470,7 +462,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           // The worker keeps consuming: the next task succeeds.
           sent.push({ taskId: nextId, kind: ok })
           await s.send(nextId, { kind: "ok" })
-          await waitUntil(
+          await sessionUntil(
             s,
             () => ofTask(s, nextId).some(isTerminal),
             20_000,
@@ -480,7 +472,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           expect(s.running(), `the worker ended${s.tail()}`).toBe(true)
 
           // One terminal message; a `started` and a decision line per delivery.
-          await waitUntil(
+          await sessionUntil(
             s,
             () =>
               decisionsOf(s, taskId).length >= kind.deliveries &&

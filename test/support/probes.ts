@@ -8,6 +8,7 @@ import process from "node:process"
 import { fileURLToPath } from "node:url"
 import * as Probes from "../../src/Probes.ts"
 import * as Worker from "../../src/Worker.ts"
+import { sleep } from "./waits.ts"
 
 export const HOST = "127.0.0.1"
 
@@ -24,8 +25,7 @@ export const start = (options: Partial<Probes.ProbeServerOptions> = {}) =>
     ...options,
   })
 
-export const sleepReal = (millis: number) =>
-  Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis)))
+export const sleepReal = (millis: number) => Effect.promise(() => sleep(millis))
 
 /** Polls `check` in real time, every 10 ms, for at most `millis`. */
 export const waitForReal = (check: () => boolean, millis: number, what: string) =>
