@@ -42,16 +42,10 @@ import {
   withLogs,
 } from "./support/logs.ts"
 import { envelope, textOf, wireOf } from "./support/builders.ts"
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-type Text = typeof Text.Type
-type Words = typeof Words.Type
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
 
 /** A `count-words` worker with the given handler. */
 const define = (

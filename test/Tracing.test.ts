@@ -6,7 +6,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base"
-import { Context, Effect, Logger, Option, References, Schema, Tracer } from "effect"
+import { Context, Effect, Logger, Option, References, Tracer } from "effect"
 import {
   DELIVERY_SPAN,
   formatTraceparent,
@@ -21,11 +21,7 @@ import { FatalError } from "../src/WorkerError.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 import { waitUntil } from "./support/logs.ts"
 import { envelope, textOf, utf8 } from "./support/builders.ts"
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 /** A `count-words` worker whose handler counts inside a span of its own, `count`. */
 const counting = Worker.make({

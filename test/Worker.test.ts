@@ -1,15 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import {
-  Config,
-  ConfigProvider,
-  Context,
-  Duration,
-  Effect,
-  Fiber,
-  Layer,
-  References,
-  Schema,
-} from "effect"
+import { Config, ConfigProvider, Context, Duration, Effect, Fiber, Layer, References } from "effect"
 import { TestClock } from "effect/testing"
 import * as Net from "node:net"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
@@ -22,11 +12,7 @@ import { memoryEnvironment } from "./support/environment.ts"
 import * as Transient from "../src/Transient.ts"
 import { RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
 import { envelope, textOf, wireOf } from "./support/builders.ts"
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 const valid: Worker.WorkerDefinition<
   typeof Text.Type,

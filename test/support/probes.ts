@@ -12,18 +12,42 @@ import { sleep } from "./waits.ts"
 
 export const HOST = "127.0.0.1"
 
+/** The probe routes' options: healthy, nothing to check for readiness, `options` winning. */
+export const routeOptions = (
+  options: Partial<Probes.ProbeRoutesOptions> = {},
+): Probes.ProbeRoutesOptions => ({
+  health: Effect.succeedNone,
+  readiness: [],
+  probeTimeout: Duration.seconds(3),
+  metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
+  versionFile: "/nonexistent/version.json",
+  sdkVersion: "9.9.9",
+  ...options,
+})
+
+/** A probe server with `routeOptions` on an ephemeral port of `HOST`, `options` winning. */
 export const start = (options: Partial<Probes.ProbeServerOptions> = {}) =>
-  Probes.make({
-    host: HOST,
-    port: 0,
-    health: Effect.succeedNone,
-    readiness: [],
-    probeTimeout: Duration.seconds(3),
-    metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
-    versionFile: "/nonexistent/version.json",
-    sdkVersion: "9.9.9",
-    ...options,
-  })
+  Probes.make({ host: HOST, port: 0, ...routeOptions(options) })
+
+/** A probe's answer, its body parsed when it is JSON. */
+export interface Reply {
+  readonly status: number
+  readonly headers: Headers
+  readonly text: string
+  readonly body: any
+}
+
+/** The `Reply` that `response` makes. */
+export const reply = async (response: Response): Promise<Reply> => {
+  const text = await response.text()
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  return { status: response.status, headers: response.headers, text, body }
+}
 
 export const sleepReal = (millis: number) => Effect.promise(() => sleep(millis))
 
