@@ -11,7 +11,7 @@
  * options. It stops and restarts the broker and closes connections: run it alone, e.g. under
  * `flock -x /tmp/rabbit.lock`. `test/faults/chaos.test.ts` runs a smaller one in CI.
  */
-import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { createWriteStream, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -19,7 +19,7 @@ import { join } from "node:path"
 import process from "node:process"
 import { Buffer } from "node:buffer"
 import amqp from "amqplib"
-import { BROKER_PORT, RABBITMQCTL, urlFor } from "../integration/broker.ts"
+import { BROKER_PORT, ensureBrokerRunning, RABBITMQCTL, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
 import { envelope } from "../support/builders.ts"
 import { sleep } from "../support/waits.ts"
@@ -191,16 +191,6 @@ const execFileAsync = (file: string, args: ReadonlyArray<string>, timeout = 120_
 /** `rabbitmqctl`, without blocking the event loop: the platform's consumer goes on meanwhile. */
 export const rabbitmqctl = (...args: ReadonlyArray<string>): Promise<string> =>
   execFileAsync(RABBITMQCTL, ["-q", ...args])
-
-/** Starts the broker's application if it is stopped, and waits for it: idempotent. */
-export const ensureBrokerRunning = (): void => {
-  try {
-    execFileSync(RABBITMQCTL, ["-q", "start_app"], { encoding: "utf8", timeout: 120_000 })
-  } catch {
-    // Already running.
-  }
-  execFileSync(RABBITMQCTL, ["-q", "await_startup"], { encoding: "utf8", timeout: 120_000 })
-}
 
 /** The chaos vhost, quorum by default, with guest's permissions: made once, idempotently. */
 export const ensureChaosVhost = async (): Promise<void> => {

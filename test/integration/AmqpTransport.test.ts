@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -22,7 +21,8 @@ import {
   isRabbitMQ4,
   platform,
   QUORUM_VHOST,
-  RABBITMQCTL,
+  rabbitmqctl,
+  terminal,
   uniqueName,
   urlFor,
 } from "./broker.ts"
@@ -30,15 +30,6 @@ import { decisions, runWorker } from "./worker.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
-
-const rabbitmqctl = (...args: ReadonlyArray<string | { readonly ignoreFailure: boolean }>) => {
-  const words = args.filter((a): a is string => typeof a === "string")
-  try {
-    execFileSync(RABBITMQCTL, ["-q", ...words], { encoding: "utf8", timeout: 60_000 })
-  } catch (error) {
-    if (!args.some((a) => typeof a === "object" && a.ignoreFailure)) throw error
-  }
-}
 
 /** Publishes to `queue` until it refuses one (a policy takes a moment to apply). */
 const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, queue: string) => {
@@ -150,9 +141,6 @@ const refusedVhost = async (vhost: string) => {
   if (Exit.isFailure(exit)) throw new Error(Cause.pretty(exit.cause))
   return { failure: exit.value, logs }
 }
-
-const terminal = (m: { readonly type: string | undefined }) =>
-  m.type === "success" || m.type === "failure"
 
 /** A vhost guest has no permissions on (`add_vhost` grants none). */
 const FORBIDDEN_VHOST = "async-task-worker-forbidden"

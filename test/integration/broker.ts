@@ -24,9 +24,38 @@ export const RABBITMQCTL = process.env.TEST_RABBITMQCTL ?? "rabbitmqctl"
 /** The `rabbitmq-diagnostics` beside it. */
 export const RABBITMQ_DIAGNOSTICS = RABBITMQCTL.replace(/rabbitmqctl$/, "rabbitmq-diagnostics")
 
-/** `rabbitmqctl -q ...args` on the broker under test: its output. */
-export const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
-  execFileSync(RABBITMQCTL, ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
+/** How a `rabbitmqctl` call may end. */
+export interface CtlOptions {
+  /** A failure is no error: what the call makes may be there already. */
+  readonly ignoreFailure?: boolean
+  /** Its bound in ms, 60 000 unless said: a broker's stop or start may take longer. */
+  readonly timeout?: number
+}
+
+/**
+ * `rabbitmqctl -q ...args` on the broker under test, `CtlOptions` last if any: its output (empty
+ * for a failure ignored).
+ */
+export const rabbitmqctl = (...args: ReadonlyArray<string | CtlOptions>): string => {
+  const words = args.filter((a): a is string => typeof a === "string")
+  const options = args.find((a): a is CtlOptions => typeof a !== "string") ?? {}
+  try {
+    return execFileSync(RABBITMQCTL, ["-q", ...words], {
+      encoding: "utf8",
+      timeout: options.timeout ?? 60_000,
+    })
+  } catch (error) {
+    if (options.ignoreFailure) return ""
+    throw error
+  }
+}
+
+/** Starts the broker's application if it is stopped, and waits for it: idempotent. */
+export const ensureBrokerRunning = (): void => {
+  // A start fails when the application runs already.
+  rabbitmqctl("start_app", { ignoreFailure: true, timeout: 120_000 })
+  rabbitmqctl("await_startup", { timeout: 120_000 })
+}
 
 /** Whether the broker under test is RabbitMQ 4 or later. */
 export const isRabbitMQ4 = (): boolean => Number(rabbitmqctl("version").trim().split(".")[0]) >= 4
@@ -55,6 +84,10 @@ export interface OutMessage {
   readonly deliveryMode: number | undefined
   readonly messageId: string | undefined
 }
+
+/** Whether `m` concludes its task: a success or a failure. */
+export const terminal = (m: { readonly type: string | undefined }): boolean =>
+  m.type === "success" || m.type === "failure"
 
 const toOut = (message: amqp.GetMessage): OutMessage => ({
   text: message.content.toString("utf8"),
@@ -142,6 +175,20 @@ export const platform = async (vhost: string) => {
     },
     declare: (queue: string, options: amqp.Options.AssertQueue) =>
       channel.assertQueue(queue, options),
+    /**
+     * `queue`'s ready messages once the broker has let go of its worker: no consumer left, then a
+     * moment for the broker to requeue what a closed channel held unacked. The queue is read by
+     * declaring it as the worker does: a check of a missing one would close this client's channel.
+     */
+    leftover: async (queue: string) => {
+      await pollUntil(
+        `${queue} without a consumer`,
+        async () => (await channel.assertQueue(queue, { durable: true })).consumerCount === 0,
+        { ms: 10_000 },
+      )
+      await sleep(500)
+      return (await channel.checkQueue(queue)).messageCount
+    },
     /** Waits until the worker has declared both queues of `name`: reading a missing one would close this client's channel. */
     waitForQueues: async (name: string, ms = 20_000) => {
       await waitForQueue(`${name}_queue_in`, ms)
@@ -158,4 +205,19 @@ export const platform = async (vhost: string) => {
       await connection.close()
     },
   }
+}
+
+/**
+ * A unique name after `prefix`, and its pair of queues, declared as a worker declares them
+ * (durable, no arguments: the vhost's default type), so that a test may publish before its worker
+ * runs.
+ */
+export const declaredQueues = async (
+  broker: Awaited<ReturnType<typeof platform>>,
+  prefix: string,
+) => {
+  const name = uniqueName(prefix)
+  const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+  for (const queue of [inQueue, outQueue]) await broker.declare(queue, { durable: true })
+  return { name, inQueue, outQueue }
 }

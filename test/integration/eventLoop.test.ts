@@ -8,7 +8,8 @@
  */
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { declaredQueues, oncePerBroker, platformForSuite, spawnCliWorker } from "./cliWorker.ts"
+import { declaredQueues } from "./broker.ts"
+import { oncePerBroker, platformForSuite, spawnCliWorker } from "./cliWorker.ts"
 import { ROOT } from "../support/runtimes.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 

@@ -9,11 +9,11 @@
 import { createServer, type Server, type Socket } from "node:net"
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Effect, Fiber, Layer, Logger, References, Schema } from "effect"
-import * as AmqpTransport from "../../src/AmqpTransport.ts"
+import { Effect, Logger, Schema } from "effect"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, type OutMessage, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { serveWorker } from "./worker.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
@@ -131,20 +131,14 @@ const run = (
     brokerUrl: url,
     ...overrides,
   })
-  const fiber = Effect.runFork(
-    Worker.serve(definition).pipe(
-      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provide(Logger.layer([logger])),
-      Effect.provideService(References.MinimumLogLevel, "Info"),
-    ),
-  )
+  const { stop } = serveWorker(definition, settings, { logger, level: "Info" })
   const waitFor = (pattern: RegExp, ms = 20_000) =>
     pollUntil(`a line ${pattern}`, () => lines.find((l) => pattern.test(l.text)), {
       ms,
       every: 20,
       said: () => `: ${lines.map((l) => l.text)}`,
     })
-  return { lines, waitFor, stop: () => Effect.runPromise(Fiber.interrupt(fiber)) }
+  return { lines, waitFor, stop }
 }
 
 describe("heartbeats on RabbitMQ", () => {

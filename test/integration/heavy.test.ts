@@ -13,15 +13,13 @@ import {
   platform,
   QUORUM_VHOST,
   rabbitmqctl,
+  terminal,
   uniqueName,
 } from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
 import { sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
-
-const terminal = (m: { readonly type: string | undefined }) =>
-  m.type === "success" || m.type === "failure"
 
 describe("heavy tasks on RabbitMQ", () => {
   let broker: Awaited<ReturnType<typeof platform>>

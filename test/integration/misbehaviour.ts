@@ -14,7 +14,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, it } from "vitest"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { declaredQueues, ensureVhosts, platform, QUORUM_VHOST, urlFor } from "./broker.ts"
 import {
   baseEnv,
   checkBuild,
@@ -268,12 +268,7 @@ const memorySession = async (runtime: Runtime): Promise<Session> => {
 
 const rabbitSession = async (runtime: Runtime): Promise<Session> => {
   const broker = await platform(QUORUM_VHOST)
-  const name = uniqueName("misbehaviour")
-  const inQueue = `${name}_in`
-  const outQueue = `${name}_out`
-  // Durable with no arguments, as the worker declares them (quorum: the vhost's default type).
-  await broker.declare(inQueue, { durable: true })
-  await broker.declare(outQueue, { durable: true })
+  const { inQueue, outQueue } = await declaredQueues(broker, "misbehaviour")
   const child = spawnWorker(runtime, false, {
     BROKER_URL: urlFor(QUORUM_VHOST),
     IN_QUEUE_NAME: inQueue,
@@ -304,17 +299,7 @@ const rabbitSession = async (runtime: Runtime): Promise<Session> => {
       await poll()
       return code
     },
-    leftover: async () => {
-      // The broker has let go of the worker: no consumer left, then a moment for it to requeue
-      // what a closed channel held unacked.
-      const deadline = Date.now() + 10_000
-      while ((await broker.declare(inQueue, { durable: true })).consumerCount > 0) {
-        if (Date.now() > deadline) throw new Error(`${inQueue} still has a consumer after 10 s`)
-        await sleep(50)
-      }
-      await sleep(500)
-      return await broker.count(inQueue)
-    },
+    leftover: () => broker.leftover(inQueue),
     kill: () => killChild(child),
     cleanup: async () => {
       await broker.remove(inQueue, outQueue)

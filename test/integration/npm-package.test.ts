@@ -41,6 +41,7 @@ import {
 import { checkBuild, ROOT } from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
+import { oneLine, show } from "../support/spawned.ts"
 
 interface PackageJson {
   readonly peerDependencies: Record<string, string>
@@ -67,22 +68,6 @@ const userEnv = (node: string): Record<string, string> => {
   env.HEALTH_CHECK_HOST = "127.0.0.1"
   env.HEALTH_CHECK_PORT = "0"
   return env
-}
-
-const show = (result: SpawnSyncReturns<string>) =>
-  `exit ${result.status} (${result.signal ?? "no signal"}${
-    result.error ? `, ${result.error.message}` : ""
-  })\n--- stdout ---\n${result.stdout?.slice(-4000)}\n--- stderr ---\n${
-    result.stderr?.slice(-4000)
-  }`
-
-/** Its only line on standard error, once it has exited 2 having printed nothing else. */
-const oneLine = (result: SpawnSyncReturns<string>): string => {
-  expect(result.status, show(result)).toBe(2)
-  const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
-  expect(lines, show(result)).toHaveLength(1)
-  expect(result.stdout).toBe("")
-  return lines[0]!
 }
 
 describe.runIf(onNode22())("the npm package in a fresh Node project", () => {

@@ -5,7 +5,6 @@
  * each task's story read back from the logs by its id, and every line scanned for the password
  * and for a payload marker.
  */
-import { execFileSync } from "node:child_process"
 import net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Fiber, Logger, References, Schema } from "effect"
@@ -16,15 +15,12 @@ import * as Worker from "../../src/Worker.ts"
 import { FatalError, RetryableError } from "../../src/WorkerError.ts"
 import * as WorkerLogger from "../../src/WorkerLogger.ts"
 import { parse, value } from "../support/prometheus.ts"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { ensureVhosts, platform, QUORUM_VHOST, rabbitmqctl, uniqueName } from "./broker.ts"
 import { pollUntil } from "../support/waits.ts"
 
 const USER = "async-task-worker-observability"
 const PASSWORD = "pw-Zq8-never-logged"
 const MARKER = "payload-marker-7f3a"
-
-const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
 
 /** A TCP proxy to the broker that the test can cut, as if the broker had stopped. */
 const makeProxy = async () => {
