@@ -47,7 +47,7 @@ const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, qu
 const Input = Schema.Struct({ text: Schema.String })
 const Output = Schema.Struct({ words: Schema.Number })
 
-const countWords = (name: string) =>
+const wordCounter = (name: string) =>
   Worker.make({
     name,
     input: Input,
@@ -164,7 +164,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         "concludes success and failure with the exact bytes and properties, then acks",
         async () => {
           const name = uniqueName("words")
-          const worker = runWorker(countWords(name), vhost, {})
+          const worker = runWorker(wordCounter(name), vhost, {})
           try {
             // The worker declares the queues; wait for them before publishing.
             await broker.waitForQueues(name)
@@ -212,7 +212,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         "acks poison without publishing, and answers an invalid envelope with INVALID_MESSAGE",
         async () => {
           const name = uniqueName("poison")
-          const worker = runWorker(countWords(name), vhost, {})
+          const worker = runWorker(wordCounter(name), vhost, {})
           try {
             await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, "not json at all")
@@ -428,7 +428,7 @@ describe("AmqpTransport on RabbitMQ", () => {
   it("loses no ack when it stops at prefetch 200: nothing comes back to the queue", async () => {
     const broker = await platform(QUORUM_VHOST)
     const name = uniqueName("lossless")
-    const worker = runWorker(countWords(name), QUORUM_VHOST, { concurrency: 200 })
+    const worker = runWorker(wordCounter(name), QUORUM_VHOST, { concurrency: 200 })
     try {
       await broker.waitForQueues(name)
       for (let i = 0; i < 200; i++) {
@@ -578,7 +578,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           JSON.stringify({ "max-length": max, overflow: "reject-publish" }),
         )
       const broker = await platform(QUORUM_VHOST)
-      const worker = runWorker(countWords(name), QUORUM_VHOST, {})
+      const worker = runWorker(wordCounter(name), QUORUM_VHOST, {})
       try {
         await broker.waitForQueues(name)
         // A queue at its length limit with `reject-publish` nacks every publish, as a full

@@ -9,7 +9,7 @@ import { Effect, Exit, Fiber, Logger, Schema } from "effect"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
-import { serveWorker } from "./worker.ts"
+import { serveInProcess } from "./worker.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
@@ -50,7 +50,7 @@ const serveOnQuorum = <A, I, O>(
   worker: Worker.Worker<A, I, O, never>,
   overrides: Settings.SettingsOverrides,
 ) =>
-  serveWorker(
+  serveInProcess(
     worker,
     Settings.layer({ name: worker.name, timeout: worker.timeout }, {
       brokerUrl: urlFor(QUORUM_VHOST),

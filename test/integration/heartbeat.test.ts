@@ -13,7 +13,7 @@ import { Effect, Logger, Schema } from "effect"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, type OutMessage, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
-import { serveWorker } from "./worker.ts"
+import { serveInProcess } from "./worker.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
@@ -131,7 +131,7 @@ const run = (
     brokerUrl: url,
     ...overrides,
   })
-  const { stop } = serveWorker(definition, settings, { logger, level: "Info" })
+  const { stop } = serveInProcess(definition, settings, { logger, level: "Info" })
   const waitFor = (pattern: RegExp, ms = 20_000) =>
     pollUntil(`a line ${pattern}`, () => lines.find((l) => pattern.test(l.text)), {
       ms,

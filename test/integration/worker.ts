@@ -9,10 +9,10 @@ import * as Worker from "../../src/Worker.ts"
 import { urlFor } from "./broker.ts"
 
 /**
- * Serves `worker` on the broker that `settings` name until the returned stop is called, its lines
- * at `level` and above to `logger` alone.
+ * Serves `worker` in this process (not a CLI's) on the broker that `settings` name until the
+ * returned stop is called, its lines at `level` and above to `logger` alone.
  */
-export const serveWorker = <A, I, O>(
+export const serveInProcess = <A, I, O>(
   worker: Worker.Worker<A, I, O, never>,
   settings: ReturnType<typeof Settings.layer>,
   logging: { readonly logger: Logger.Logger<unknown, void>; readonly level: LogLevel.LogLevel },
@@ -52,7 +52,7 @@ export const runWorker = <A, I, O>(
     retryBackoffMax: "20 millis",
     ...overrides,
   })
-  return { logs, ...serveWorker(worker, settings, { logger, level: "Info" }) }
+  return { logs, ...serveInProcess(worker, settings, { logger, level: "Info" }) }
 }
 
 /** The decision lines among `logs`. */
