@@ -23,9 +23,9 @@ import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, IdleHookError, RetryableError } from "../src/WorkerError.ts"
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
-import { setImmediate } from "node:timers"
-import { captureLogs, waitUntil } from "./support/logs.ts"
+import { captureLogs, settle, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks each wait at their own gate until the test opens it with an outcome,
@@ -127,9 +127,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
     ...overrides,
   })
 
-const envelope = (taskId: string) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: {} } })
-
 /** The broker's view of the queues of the worker whose settings are in context. */
 const queues = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
@@ -140,7 +137,7 @@ const queues = Effect.gen(function* () {
     submit: (...taskIds: ReadonlyArray<string>) =>
       Effect.forEach(
         taskIds,
-        (taskId) => broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie),
+        (taskId) => broker.publish(settings.inQueue, envelope(taskId, {})).pipe(Effect.orDie),
         { discard: true },
       ),
     published,
@@ -157,20 +154,12 @@ const queues = Effect.gen(function* () {
 
 type Queues = Effect.Success<typeof queues>
 
-/** Lets every fiber that can run, run (the TestClock does not move). */
-const settle = Effect.gen(function* () {
-  for (let i = 0; i < 20; i++) {
-    yield* Effect.yieldNow
-    yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
-  }
-})
-
 /** Opens the task's gate and waits until it is concluded and its slot given back. */
 const finish = (lab: Lab, q: Queues, taskId: string, outcome: Outcome = "ok") =>
   Effect.gen(function* () {
     yield* open(lab, taskId, outcome)
     yield* waitUntil(() => q.concluded(taskId), `${taskId} is concluded`)
-    yield* settle
+    yield* settle()
   })
 
 const targetGauge = Effect.map(Metric.value(WorkerMetrics.concurrencyTarget), (s) => s.value)
@@ -238,7 +227,7 @@ describe("Concurrency", () => {
         const running = yield* Worker.consume(worker)
         yield* q.submit("t-1", "t-2", "t-3", "t-4", "t-5")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
-        yield* settle
+        yield* settle()
         expect(lab.running).toBe(2)
         expect(yield* q.unacked).toBe(2)
         expect(yield* q.ready).toBe(3)
@@ -269,13 +258,13 @@ describe("Concurrency", () => {
         yield* running.setConcurrency(1)
         // A delivery arrives during the shrink.
         yield* q.submit("t-5")
-        yield* settle
+        yield* settle()
         expect(lab.running).toBe(4)
         expect(lab.interrupted).toEqual([])
         expect(yield* running.concurrency).toBe(1)
         for (const t of ["t-1", "t-2", "t-3"]) {
           yield* finish(lab, q, t)
-          yield* settle
+          yield* settle()
           expect(lab.entered, `t-5 waits after ${t}`).not.toContain("t-5")
           expect(yield* q.published("t-5")).toEqual([])
         }
@@ -306,11 +295,11 @@ describe("Concurrency", () => {
         yield* waitUntil(() => lab.running === 5, "five tasks run")
         expect(yield* q.unacked).toBe(5)
         yield* running.setConcurrency(3)
-        yield* settle
+        yield* settle()
         expect(yield* q.unacked).toBe(5)
         yield* finish(lab, q, "t-1")
         yield* finish(lab, q, "t-2")
-        yield* settle
+        yield* settle()
         expect(yield* q.unacked).toBe(3)
         expect(yield* q.ready).toBe(1)
         yield* finish(lab, q, "t-3")
@@ -333,12 +322,12 @@ describe("Concurrency", () => {
         expect(yield* running.concurrency).toBe(0)
         yield* q.submit("t-2", "t-3", "t-4")
         yield* TestClock.adjust("30 seconds")
-        yield* settle
+        yield* settle()
         expect(lab.entered).toEqual(["t-1"])
         expect(yield* q.ready).toBe(3)
         yield* finish(lab, q, "t-1")
         yield* TestClock.adjust("30 seconds")
-        yield* settle
+        yield* settle()
         expect(lab.entered).toEqual(["t-1"])
         expect(yield* q.ready).toBe(3)
         expect(yield* q.unacked).toBe(0)
@@ -381,7 +370,7 @@ describe("Concurrency", () => {
         }
         const handle = (taskId: string) =>
           Effect.gen(function* () {
-            yield* broker.publish(settings.inQueue, envelope(taskId)).pipe(Effect.orDie)
+            yield* broker.publish(settings.inQueue, envelope(taskId, {})).pipe(Effect.orDie)
             const delivery = Option.getOrThrow(yield* broker.get(settings.inQueue))
             return yield* Effect.forkChild(engine.handle(delivery))
           })
@@ -399,14 +388,14 @@ describe("Concurrency", () => {
         const f2 = yield* handle("t-2")
         yield* waitUntil(() => lab.running === 2, "two tasks run")
         const f3 = yield* handle("t-3")
-        yield* settle
+        yield* settle()
         expect(lab.entered).toEqual(["t-1", "t-2"])
         expect(yield* published("t-3")).toEqual([])
 
         yield* engine.setConcurrency(1)
         yield* open(lab, "t-1")
         expect((yield* Fiber.join(f1)).outcome).toBe("success")
-        yield* settle
+        yield* settle()
         // One still runs: at the target of one, t-3 still waits, its `started` unpublished.
         expect(lab.entered).toEqual(["t-1", "t-2"])
         expect(yield* published("t-3")).toEqual([])
@@ -429,11 +418,11 @@ describe("Concurrency", () => {
         const f1 = yield* handle("t-1")
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
         const f2 = yield* handle("t-2")
-        yield* settle
+        yield* settle()
         yield* Fiber.interrupt(f2)
         yield* open(lab, "t-1")
         expect((yield* Fiber.join(f1)).outcome).toBe("success")
-        yield* settle
+        yield* settle()
         expect(lab.entered).toEqual(["t-1"])
         expect(yield* published("t-2")).toEqual([])
         // Requeued, not lost.
@@ -526,7 +515,7 @@ describe("Concurrency", () => {
         yield* open(lab, last, "congested")
         yield* waitUntil(() => lab.running === 2, `${last} ends`)
         yield* TestClock.adjust("1 millis")
-        yield* settle
+        yield* settle()
         expect(yield* running.concurrency).toBe(2)
         expect(yield* targetGauge).toBe(2)
         // The other two settle; the congested two come back and run, two at once.
@@ -607,7 +596,7 @@ describe("Concurrency", () => {
           yield* TestClock.adjust("10 seconds")
           yield* waitUntil(() => q.concluded("slow"), "slow times out")
           expect(lab.interrupted).toEqual(["slow"])
-          yield* settle
+          yield* settle()
           expect(yield* running.concurrency).toBe(decreaseOnTimeout ? 2 : 4)
           expect(yield* targetGauge).toBe(decreaseOnTimeout ? 2 : 4)
         }).pipe(Effect.scoped, Effect.provide(environment(worker)))
@@ -722,14 +711,14 @@ describe("Concurrency", () => {
         yield* A.q.submit("a-1", "a-2", "a-3")
         yield* waitUntil(() => a.running === 3, "a fills the pool")
         yield* B.q.submit("b-1")
-        yield* settle
+        yield* settle()
         // b-1 is in hand, waiting for two slots: not started.
         expect(yield* B.q.unacked).toBe(1)
         expect(b.entered).toEqual([])
         expect(yield* B.q.published("b-1")).toEqual([])
 
         yield* finish(a, A.q, "a-1")
-        yield* settle
+        yield* settle()
         expect(b.entered, "one free slot is not enough for weight 2").toEqual([])
         yield* finish(a, A.q, "a-2")
         yield* waitUntil(() => b.running === 1, "b-1 takes the two freed slots")
@@ -737,7 +726,7 @@ describe("Concurrency", () => {
 
         // The pool is full again: a-4 waits for the slots b-1 holds.
         yield* A.q.submit("a-4")
-        yield* settle
+        yield* settle()
         expect(a.entered).not.toContain("a-4")
         yield* finish(b, B.q, "b-1")
         yield* waitUntil(() => a.entered.includes("a-4"), "a-4 takes a slot b-1 freed")
@@ -763,7 +752,7 @@ describe("Concurrency", () => {
         yield* B.q.submit("b-1", "b-2")
         yield* waitUntil(() => b.running === 2, "b fills the pool")
         yield* A.q.submit("a-1")
-        yield* settle
+        yield* settle()
         expect(a.entered).toEqual([])
         // Closing b interrupts its tasks (each requeued) and frees both slots.
         yield* Scope.close(scope, Exit.void)
@@ -833,10 +822,10 @@ describe("Concurrency", () => {
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
         expect(worker.instances.size).toBe(1)
         yield* Effect.promise(() => worker.stop())
-        yield* settle
+        yield* settle()
         // Draining: intake stopped, t-1 still running.
         yield* q.submit("t-2")
-        yield* settle
+        yield* settle()
         expect(lab.entered).toEqual(["t-1"])
         yield* open(lab, "t-1")
         expect(Exit.isSuccess(yield* Fiber.await(serving))).toBe(true)
@@ -866,13 +855,13 @@ describe("Concurrency", () => {
       return Effect.gen(function* () {
         yield* Worker.consume(worker)
         yield* TestClock.adjust("999 millis")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(0)
         yield* TestClock.adjust("1 millis")
         yield* waitUntil(() => calls.n === 1, "onIdle fires")
         expect(calls.at).toEqual([1000])
         yield* TestClock.adjust("10 seconds")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(1)
       }).pipe(Effect.scoped, Effect.provide(environment(worker)))
     })
@@ -890,13 +879,13 @@ describe("Concurrency", () => {
         yield* waitUntil(() => lab.running === 1, "t-1 runs")
         yield* TestClock.adjust("250 millis")
         for (let i = 0; i < 20; i++) yield* TestClock.adjust("250 millis")
-        yield* settle
+        yield* settle()
         expect(calls.n, "never while the task runs").toBe(0)
         // The task settles at 6 s, between two polls.
         yield* TestClock.adjust("100 millis")
         yield* finish(lab, q, "t-1")
         yield* TestClock.adjust("999 millis")
-        yield* settle
+        yield* settle()
         expect(calls.n, "not before a second of quiet").toBe(0)
         yield* TestClock.adjust("250 millis")
         yield* waitUntil(() => calls.n === 1, "onIdle fires")
@@ -904,7 +893,7 @@ describe("Concurrency", () => {
         expect(at).toBeGreaterThanOrEqual(1000)
         expect(at).toBeLessThanOrEqual(1250)
         yield* TestClock.adjust("10 seconds")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(1)
       }).pipe(Effect.scoped, Effect.provide(environment(worker)))
     })
@@ -920,7 +909,7 @@ describe("Concurrency", () => {
         yield* q.submit("quick")
         yield* finish(lab, q, "quick")
         yield* TestClock.adjust("999 millis")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(0)
         yield* TestClock.adjust("251 millis")
         yield* waitUntil(() => calls.n === 1, "onIdle fires")
@@ -938,7 +927,7 @@ describe("Concurrency", () => {
         yield* running.setConcurrency(0)
         yield* q.submit("waiting")
         yield* TestClock.adjust("5 seconds")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(0)
         yield* running.setConcurrency(1)
         yield* finish(lab, q, "waiting")
@@ -986,7 +975,7 @@ describe("Concurrency", () => {
         yield* finish(lab, q, "t-1")
         expect(yield* Fiber.join(draining)).toEqual({ inFlightAtStart: 1, requeued: 0 })
         for (let i = 0; i < 20; i++) yield* TestClock.adjust("250 millis")
-        yield* settle
+        yield* settle()
         expect(calls.n).toBe(0)
       }).pipe(Effect.scoped, Effect.provide(environment(worker)))
     })

@@ -13,7 +13,6 @@ import {
   Logger,
   Option,
   Random,
-  References,
   Schema,
   Scope,
 } from "effect"
@@ -24,7 +23,7 @@ import * as EventLoop from "../src/EventLoop.ts"
 import { DeliveryHandle } from "../src/internal/delivery/handle.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
-import type { MessageType, WireMessage } from "../src/Protocol.ts"
+import type { MessageType } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import type { TaskContext } from "../src/TaskContext.ts"
 import * as Transient from "../src/Transient.ts"
@@ -34,17 +33,19 @@ import * as Worker from "../src/Worker.ts"
 import { FatalError, LeaseLost, PublishError, RetryableError } from "../src/WorkerError.ts"
 import { blockedLoop } from "./support/blockedLoop.ts"
 import { memoryEnvironment } from "./support/environment.ts"
-import { captureLogs } from "./support/logs.ts"
+import {
+  captureLogs,
+  isDone,
+  type LogLine,
+  type Logs,
+  waitUntil,
+  withLogs,
+} from "./support/logs.ts"
+import { envelope, textOf, wireOf } from "./support/builders.ts"
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-type Text = typeof Text.Type
-type Words = typeof Words.Type
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
 
 /** A `count-words` worker with the given handler. */
 const define = (
@@ -68,40 +69,7 @@ const counting = define(({ text }) => Effect.succeed({ words: countWords(text) }
 const INTERNAL_SENTENCE = "The worker failed while running the task."
 
 // ---------------------------------------------------------------------------------------------
-// Log capture: every line with its message, level and annotations.
-
-interface LogLine {
-  readonly level: string
-  readonly message: string
-  readonly annotations: Readonly<Record<string, unknown>>
-}
-
-interface Logs {
-  readonly lines: ReadonlyArray<LogLine>
-  /** The decision lines, of one task when `taskId` is given. */
-  readonly settled: (taskId?: string) => ReadonlyArray<LogLine>
-}
-
-const withLogs = <A, E, R>(body: (logs: Logs) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.suspend(() => {
-    const lines: Array<LogLine> = []
-    const logger = Logger.make(({ fiber, logLevel, message }) => {
-      lines.push({
-        level: logLevel,
-        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: fiber.getRef(References.CurrentLogAnnotations),
-      })
-    })
-    const logs: Logs = {
-      lines,
-      settled: (taskId) =>
-        lines.filter((l) =>
-          l.message.startsWith("Delivery settled:") &&
-          (taskId === undefined || l.annotations.task_id === taskId)
-        ),
-    }
-    return Effect.provide(body(logs), Logger.layer([logger]))
-  })
+// Log lines (captured by test/support/logs.ts)
 
 /** The harness logs nothing unless asked: the tests that read its lines ask for all of them. */
 const LOGGED = { logLevel: "debug" } as const
@@ -142,30 +110,11 @@ const expectSettled = (logs: Logs, expected: ExpectedDecision): LogLine => {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/** Yields until `check` holds; dies if it never does. */
-const waitUntil = (check: () => boolean, what: string) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 2000; i++) {
-      if (check()) return
-      yield* Effect.yieldNow
-    }
-    return yield* Effect.die(new Error(`Gave up waiting until ${what}`))
-  })
-
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
-
 /** Random numbers that are always `r`. */
 const fixedRandom = (r: number): Random.Random => ({
   nextDoubleUnsafe: () => r,
   nextIntUnsafe: () => Math.floor(r * Number.MAX_SAFE_INTEGER),
 })
-
-const decoder = new TextDecoder()
-const decode = (body: Uint8Array) => JSON.parse(decoder.decode(body)) as WireMessage
-
-const envelope = (taskId: string, body: unknown) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
 
 /**
  * The engine of `worker` built by hand over a MemoryBroker, for what the harness does not
@@ -240,7 +189,7 @@ const makeEngine = <A, I, O>(
       }).pipe(Effect.orDie)
     const outbound = Effect.map(
       broker.published(settings.outQueue),
-      (messages) => messages.map((m) => decode(m.body)),
+      (messages) => messages.map((m) => wireOf(m.body)),
     )
     return { settings, broker, engine, take, takeLosable, outbound }
   })
@@ -270,7 +219,7 @@ describe("DeliveryEngine", () => {
           run.assertFailed({ code: "EMPTY_TEXT" })
           expect(run.messageTypes).toEqual(["started", "failure"])
           expect(run.error).toEqual({ code: "EMPTY_TEXT", message: "There is nothing to count." })
-          expect(decoder.decode(run.raw[1]!)).toBe(
+          expect(textOf(run.raw[1]!)).toBe(
             '{"task_id":"t-fatal","data":{"message_type":"failure","error_message":{"code":"EMPTY_TEXT","message":"There is nothing to count."}}}',
           )
           const line = expectSettled(logs, {
@@ -412,7 +361,7 @@ describe("DeliveryEngine", () => {
           expect(runs).toBe(0)
           run.assertFailed({ code: "INVALID_INPUT" })
           expect(run.error!.message).toContain("language")
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain(secret)
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain(secret)
           for (const line of logs.lines) {
             expect(line.message).not.toContain(secret)
             expect(JSON.stringify(line.annotations)).not.toContain(secret)
@@ -454,7 +403,7 @@ describe("DeliveryEngine", () => {
           expect(run.messageTypes).toEqual(["started", "failure"])
           expect(run.error!.message).toContain("stats.ratio")
           expect(run.error!.message).toContain("non-finite")
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("null")
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain("null")
           expectSettled(logs, {
             outcome: "failure",
             action: "conclude",
@@ -566,7 +515,7 @@ describe("DeliveryEngine", () => {
             const run = yield* harness.submit({ text: "x" }, { taskId: "t-internal" })
             run.assertFailed({ code: "INTERNAL_ERROR" })
             expect(run.error!.message).toBe(INTERNAL_SENTENCE)
-            for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+            for (const raw of run.raw) expect(textOf(raw)).not.toContain("hunter2")
             for (const line of logs.lines) {
               expect(line.message).not.toContain("hunter2")
               expect(JSON.stringify(line.annotations)).not.toContain("hunter2")
@@ -620,7 +569,7 @@ describe("DeliveryEngine", () => {
           run.assertSucceeded()
           expect(run.response).toEqual({ words: 3 })
           expect(run.messageTypes).toEqual(["started", "success"])
-          expect(decoder.decode(run.raw[1]!)).toBe(
+          expect(textOf(run.raw[1]!)).toBe(
             '{"task_id":"t-ok","data":{"message_type":"success","response":{"words":3}}}',
           )
           const line = expectSettled(logs, {
@@ -1129,7 +1078,7 @@ describe("DeliveryEngine", () => {
         last.assertFailed({ code: "RETRY_EXHAUSTED" })
         expect(last.error?.message).toBe("The task failed on each of its 3 attempts.")
         for (const run of runs) {
-          for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+          for (const raw of run.raw) expect(textOf(raw)).not.toContain("hunter2")
         }
         const noted = lines.filter((l) => l.message.startsWith("The handler failed"))
         expect(noted.map((l) => [l.level, l.message])).toEqual([
@@ -1777,7 +1726,7 @@ describe("DeliveryEngine", () => {
           if (!blockFirst) yield* blocked
           yield* lose
           const decision = yield* Fiber.join(fiber)
-          const warnings = logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)
+          const warnings = logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)
           return { decision, warnings }
         })
 
@@ -2152,7 +2101,7 @@ describe("DeliveryEngine", () => {
           }
           yield* waitUntil(() => logs.settled().length === 10, "every task settled")
           const out = yield* broker.published(settings.outQueue)
-          for (const m of out) published.push(decode(m.body).data.message_type)
+          for (const m of out) published.push(wireOf(m.body).data.message_type)
           expect(runs).toBe(10)
           expect(published.filter((t) => t === "success")).toHaveLength(10)
           // Each on its first attempt: not one burned by the refusing output.
@@ -2219,7 +2168,7 @@ describe("DeliveryEngine", () => {
             expectSettled(logs, { outcome: "success", action: "conclude", taskId: id, attempt: 1 })
           }
           expect([...runs.values()]).toEqual([1, 1, 1])
-          const out = (yield* broker.published(settings.outQueue)).map((m) => decode(m.body))
+          const out = (yield* broker.published(settings.outQueue)).map((m) => wireOf(m.body))
           const big = out.filter((m) => m.task_id === "t-big")
           expect(big.map((m) => m.data.message_type)).toEqual(["started", "failure"])
           expect(big[1]!.data).toMatchObject({ error_message: { code: "OUTPUT_TOO_LARGE" } })

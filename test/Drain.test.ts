@@ -5,8 +5,9 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Settings from "../src/Settings.ts"
 import { Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
-import { captureLogs, waitUntil } from "./support/logs.ts"
+import { captureLogs, isDone, waitUntil } from "./support/logs.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A worker whose tasks sleep for as long as their input says, recording what became of them.
@@ -47,9 +48,6 @@ const environment = (worker: Worker.Any, overrides: Settings.SettingsOverrides =
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
-
 /** The transport in context, saying when its intake has stopped. */
 const watchIntake = () => {
   const watch = { stopped: false }
@@ -66,15 +64,12 @@ const watchIntake = () => {
   return { watch, layer }
 }
 
-const envelope = (taskId: string, seconds: number) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
-
 /** The broker's view of the worker's queues. */
 const queues = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   const settings = yield* Settings.Settings
   const submit = (taskId: string, seconds: number) =>
-    broker.publish(settings.inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
+    broker.publish(settings.inQueue, envelope(taskId, { seconds })).pipe(Effect.orDie)
   /** The message types published for a task. */
   const published = (taskId: string) => publishedTypes(broker, settings.outQueue, taskId)
   return {
@@ -148,7 +143,7 @@ describe("Drain", () => {
       expect(logs.settled("t-fast").map((l) => l.annotations.outcome)).toEqual(["success"])
       expect(
         logs.lines.some((l) =>
-          l.level === "WARN" && l.message.includes("did not finish within the grace period")
+          l.level === "Warn" && l.message.includes("did not finish within the grace period")
         ),
       ).toBe(true)
     }).pipe(Effect.scoped, Effect.provide(environment(worker)), Effect.provide(logs.layer))

@@ -17,7 +17,7 @@ const watching = Effect.gen(function* () {
   const loop = yield* blockedLoop
   const logs = captureLogs()
   const watch = yield* loop.watched(EventLoop.make()).pipe(Effect.provide(logs.layer))
-  const warnings = () => logs.lines.filter((l) => l.level === "WARN")
+  const warnings = () => logs.lines.filter((l) => l.level === "Warn")
   return { loop, logs, watch, warnings }
 })
 

@@ -22,11 +22,8 @@ import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Settings from "../src/Settings.ts"
 import type { ConnectionStatus, Delivery } from "../src/Transport.ts"
 import { LeaseLost, type TransportError } from "../src/WorkerError.ts"
-
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
-
-const decoder = new TextDecoder()
+import { textOf } from "./support/builders.ts"
+import { isDone } from "./support/logs.ts"
 
 /**
  * The session loop (as `AmqpTransport.make` runs it, its default backoff capped at 3 s) against a
@@ -91,8 +88,8 @@ describe("JobMode", () => {
         const first = yield* job.take
         const second = yield* job.take
         // Every delivery counts, a poison one as much as a task.
-        expect(Option.map(first, (d) => decoder.decode(d.body))).toEqual(Option.some("one"))
-        expect(Option.map(second, (d) => decoder.decode(d.body))).toEqual(
+        expect(Option.map(first, (d) => textOf(d.body))).toEqual(Option.some("one"))
+        expect(Option.map(second, (d) => textOf(d.body))).toEqual(
           Option.some("not json at all"),
         )
         // Intake has stopped with the second: nothing more arrives, the rest stay queued.

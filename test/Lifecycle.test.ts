@@ -26,7 +26,8 @@ import { type ConnectionStatus, Transport } from "../src/Transport.ts"
 import * as Worker from "../src/Worker.ts"
 import { FatalError, ProbeError, RetryableError, TransportError } from "../src/WorkerError.ts"
 import { publishedTypes } from "./support/environment.ts"
-import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
+import { captureLogs, isDone, settle, waitUntil } from "./support/logs.ts"
+import { envelope } from "./support/builders.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Workers
@@ -123,12 +124,6 @@ const neverClosing = (
     }),
   )
 
-const isDone = <A, E>(fiber: Fiber.Fiber<A, E>) =>
-  Effect.sync(() => fiber.pollUnsafe() !== undefined)
-
-const envelope = (taskId: string, seconds: number) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { seconds } } })
-
 /**
  * The environment the settings are read from: only these variables. Each run's probe server
  * listens on an ephemeral port of the loopback.
@@ -166,19 +161,6 @@ const breaksOn =
     take: Effect.andThen(Deferred.await(broken), Effect.fail(error)),
   })
 
-/**
- * Lets the process act on what the test just did until it waits again. Effect 4's
- * `TestClock.adjust` looks for sleeps one scheduler turn after it is called, where Effect 3's
- * waited for every fiber of the test to suspend: a shutdown's timers (the grace, the hooks'
- * budget) are set a few turns after its signal.
- */
-const settle = Effect.gen(function* () {
-  for (let i = 0; i < 5; i++) {
-    yield* Effect.yieldNow
-    yield* nextTurn
-  }
-})
-
 interface LaunchOptions {
   readonly settings?: Settings.SettingsOverrides
   readonly env?: Record<string, string>
@@ -212,7 +194,7 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
       Effect.forkChild,
     )
     const submit = (taskId: string, seconds: number) =>
-      broker.publish(inQueue, envelope(taskId, seconds)).pipe(Effect.orDie)
+      broker.publish(inQueue, envelope(taskId, { seconds })).pipe(Effect.orDie)
     /** The message types published for a task. */
     const published = (taskId: string) => publishedTypes(broker, outQueue, taskId)
     const started = waitUntil(
@@ -225,7 +207,7 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
       "the worker is connecting",
     )
     /** Sends a stop signal (SIGTERM by default), and lets the process take it. */
-    const signal = (sent?: Process.Signal) => Effect.andThen(proc.signal(sent), settle)
+    const signal = (sent?: Process.Signal) => Effect.andThen(proc.signal(sent), settle(5))
     return {
       broker,
       proc,
@@ -242,7 +224,7 @@ const launch = (worker: Worker.Worker<any, any, any, never>, options: LaunchOpti
   })
 
 const errors = (logs: ReturnType<typeof captureLogs>) =>
-  logs.lines.filter((l) => l.level === "ERROR").map((l) => l.message)
+  logs.lines.filter((l) => l.level === "Error").map((l) => l.message)
 
 // ---------------------------------------------------------------------------------------------
 
@@ -350,7 +332,7 @@ describe("Lifecycle", () => {
         ] as const
         for (const [state, counted] of steps) {
           yield* SubscriptionRef.set(status, state)
-          yield* settle
+          yield* settle(5)
           expect(yield* broker).toEqual(
             state === "connected"
               ? { status: "ok", detail: node }
@@ -506,8 +488,8 @@ describe("Lifecycle", () => {
         expect(yield* Fiber.join(w.run)).toBe(0)
         const moves = w.logs.lines.filter((l) => l.message.startsWith("The worker's state: "))
         expect(moves.map((l) => [l.level, l.message])).toEqual([
-          ["DEBUG", "The worker's state: Starting → Running"],
-          ["DEBUG", "The worker's state: Running → Draining"],
+          ["Debug", "The worker's state: Starting → Running"],
+          ["Debug", "The worker's state: Running → Draining"],
         ])
       }))
 
@@ -578,7 +560,7 @@ describe("Lifecycle", () => {
         expect(yield* w.ready).toBe(1)
         expect(
           w.logs.lines.some((l) =>
-            l.level === "WARN" && l.message.startsWith("SIGINT received again")
+            l.level === "Warn" && l.message.startsWith("SIGINT received again")
           ),
         ).toBe(true)
       }))
@@ -675,11 +657,11 @@ describe("Lifecycle", () => {
           yield* TestClock.adjust("10 seconds")
           // The grace is over: the task is requeued, but its Promise is still pending.
           yield* waitUntil(
-            () => w.logs.lines.some((l) => l.level === "ERROR" && l.message.includes("t-deaf")),
+            () => w.logs.lines.some((l) => l.level === "Error" && l.message.includes("t-deaf")),
             "the handler is reported",
           )
           const line = w.logs.lines.find((l) =>
-            l.level === "ERROR" && l.message.includes("t-deaf")
+            l.level === "Error" && l.message.includes("t-deaf")
           )!
           expect(line.message).toContain("ignored its AbortSignal")
           expect(line.annotations.task_id).toBe("t-deaf")
@@ -704,7 +686,7 @@ describe("Lifecycle", () => {
         yield* w.signal()
         yield* TestClock.adjust("20 seconds")
         yield* waitUntil(
-          () => w.logs.lines.some((l) => l.level === "ERROR" && l.message.includes("t-late")),
+          () => w.logs.lines.some((l) => l.level === "Error" && l.message.includes("t-late")),
           "the handler is reported",
         )
         expect(yield* isDone(w.run)).toBe(false)

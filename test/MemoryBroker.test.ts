@@ -4,12 +4,12 @@ import { TestClock } from "effect/testing"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import { type Delivery, Redeliveries, type Transport } from "../src/Transport.ts"
 import { LeaseLost, PublishError } from "../src/WorkerError.ts"
+import { textOf, utf8 } from "./support/builders.ts"
 
 const IN = "count-words_queue_in"
 const OUT = "count-words_queue_out"
 
-const decoder = new TextDecoder()
-const text = (d: { readonly body: Uint8Array }) => decoder.decode(d.body)
+const text = (d: { readonly body: Uint8Array }) => textOf(d.body)
 
 const options = (
   o: Partial<MemoryBroker.TransportOptions> = {},
@@ -57,7 +57,7 @@ describe("MemoryBroker", () => {
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const first = yield* broker.publish(IN, "m1", { type: "submission" })
-      const second = yield* broker.publish(IN, new TextEncoder().encode("m2"))
+      const second = yield* broker.publish(IN, utf8("m2"))
       expect(text(first)).toBe("m1")
       expect(first.type).toBe("submission")
       expect(second.type).toBeUndefined()
@@ -427,13 +427,12 @@ describe("MemoryBroker", () => {
     Effect.gen(function* () {
       const broker = yield* MemoryBroker.make()
       const transport = yield* broker.transport(options())
-      const body = (s: string) => new TextEncoder().encode(s)
 
       yield* broker.failNextPublish({ type: "success" })
-      yield* transport.publish(body("p1"), "progress")
-      const error = yield* Effect.flip(transport.publish(body("s1"), "success"))
+      yield* transport.publish(utf8("p1"), "progress")
+      const error = yield* Effect.flip(transport.publish(utf8("s1"), "success"))
       expect(error).toEqual(new PublishError({ reason: "injected", messageType: "success" }))
-      yield* transport.publish(body("s2"), "success")
+      yield* transport.publish(utf8("s2"), "success")
       expect((yield* broker.published(OUT)).map((m) => [text(m), m.type])).toEqual([
         ["p1", "progress"],
         ["s2", "success"],
@@ -441,16 +440,16 @@ describe("MemoryBroker", () => {
 
       // Scoped to a queue: a publish elsewhere goes through and leaves it armed.
       yield* broker.failNextPublish({ queue: IN })
-      yield* transport.publish(body("f1"), "failure")
+      yield* transport.publish(utf8("f1"), "failure")
       expect((yield* Effect.flip(broker.publish(IN, "m1"))).reason).toBe("injected")
       yield* broker.publish(IN, "m2")
 
       // Unscoped: the next publish of any kind fails.
       yield* broker.failNextPublish()
-      expect(yield* Effect.flip(transport.publish(body("x"), "started"))).toEqual(
+      expect(yield* Effect.flip(transport.publish(utf8("x"), "started"))).toEqual(
         new PublishError({ reason: "injected", messageType: "started" }),
       )
-      yield* transport.publish(body("st"), "started")
+      yield* transport.publish(utf8("st"), "started")
       expect((yield* broker.published(OUT)).map(text)).toEqual(["p1", "s2", "f1", "st"])
       expect((yield* broker.published(IN)).map(text)).toEqual(["m2"])
     }))

@@ -20,33 +20,20 @@ import { join } from "node:path"
 import * as Probes from "../src/Probes.ts"
 import { ProbeError, ProbeServerError } from "../src/WorkerError.ts"
 import { waitUntil } from "./support/logs.ts"
-import { HOST, sleepReal, start, waitForReal } from "./support/probes.ts"
+import { HOST, reply, sleepReal, start, waitForReal } from "./support/probes.ts"
 
 // ---------------------------------------------------------------------------------------------
 // A client for the probe server that `start` runs on an ephemeral port of 127.0.0.1.
 
-interface Reply {
-  readonly status: number
-  readonly headers: Headers
-  readonly text: string
-  readonly body: any
-}
-
 const request = (port: number, path: string, init?: RequestInit) =>
-  Effect.promise(async (): Promise<Reply> => {
-    const response = await fetch(`http://${HOST}:${port}${path}`, {
-      signal: AbortSignal.timeout(10_000),
-      ...init,
-    })
-    const text = await response.text()
-    let body: unknown
-    try {
-      body = JSON.parse(text)
-    } catch {
-      body = undefined
-    }
-    return { status: response.status, headers: response.headers, text, body }
-  })
+  Effect.promise(async () =>
+    reply(
+      await fetch(`http://${HOST}:${port}${path}`, {
+        signal: AbortSignal.timeout(10_000),
+        ...init,
+      }),
+    )
+  )
 
 /** A raw socket to the server, tracking whether it is still open. */
 const connect = (port: number) => {

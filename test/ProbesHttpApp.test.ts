@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import type { Scope } from "effect"
-import { Deferred, Duration, Effect, Fiber, Layer, Ref } from "effect"
+import { Deferred, Effect, Fiber, Layer, Ref } from "effect"
 import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -14,35 +14,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Probes from "../src/Probes.ts"
 import { ProbeError } from "../src/WorkerError.ts"
 import { captureLogs, nextTurn, waitUntil } from "./support/logs.ts"
-import { HOST, start } from "./support/probes.ts"
-
-const routeOptions = (options: Partial<Probes.ProbeRoutesOptions> = {}) => ({
-  health: Effect.succeedNone,
-  readiness: [],
-  probeTimeout: Duration.seconds(3),
-  metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
-  versionFile: "/nonexistent/version.json",
-  sdkVersion: "9.9.9",
-  ...options,
-})
-
-interface Reply {
-  readonly status: number
-  readonly headers: Headers
-  readonly text: string
-  readonly body: any
-}
-
-const reply = async (response: Response): Promise<Reply> => {
-  const text = await response.text()
-  let body: unknown
-  try {
-    body = JSON.parse(text)
-  } catch {
-    body = undefined
-  }
-  return { status: response.status, headers: response.headers, text, body }
-}
+import { HOST, type Reply, reply, routeOptions, start } from "./support/probes.ts"
 
 /** `app` served by Effect's web handler, in this fiber's context (its logger too). */
 const serve = (
@@ -157,7 +129,7 @@ describe("Probes.httpEffect", () => {
         status: "error",
         error: { code: "PROBE_FAILED", message: "The probe /metrics failed unexpectedly." },
       })
-      expect(logs.lines.filter((l) => l.level === "WARN").map((l) => l.message)).toEqual([
+      expect(logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)).toEqual([
         expect.stringMatching(/^The probe \/metrics failed unexpectedly/),
       ])
     }).pipe(Effect.provide(logs.layer))

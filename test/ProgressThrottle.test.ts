@@ -6,8 +6,8 @@ import * as ProgressThrottle from "../src/ProgressThrottle.ts"
 import type { Transport } from "../src/Transport.ts"
 import { PublishError } from "../src/WorkerError.ts"
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
-
-const decoder = new TextDecoder()
+import { textOf } from "./support/builders.ts"
+import { settle } from "./support/logs.ts"
 
 interface Sent {
   /** TestClock time of the publish, in milliseconds. */
@@ -34,7 +34,7 @@ const makePublisher = () => {
         return yield* new PublishError({ reason: "nacked", messageType: type })
       }
       const at = yield* Clock.currentTimeMillis
-      const text = decoder.decode(body)
+      const text = textOf(body)
       sent.push({ at, type, messageId: options?.messageId, text, message: JSON.parse(text) })
     })
   return {
@@ -46,9 +46,6 @@ const makePublisher = () => {
     timeline: () => sent.map((s) => [s.at, s.message.data.progress]),
   }
 }
-
-/** Lets forked fibers (the throttle's sender) run. */
-const settle = Effect.yieldNow
 
 type DropReason = "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed"
 
@@ -71,7 +68,7 @@ describe("ProgressThrottle", () => {
       const progress = yield* throttle.open("t-1")
       yield* TestClock.adjust("250 millis")
       yield* progress.report(0.25)
-      yield* settle
+      yield* settle()
       expect(publisher.sent).toEqual([{
         at: 250,
         type: "progress",
@@ -87,7 +84,7 @@ describe("ProgressThrottle", () => {
       const superseded = yield* droppedSince("superseded")
       const progress = yield* throttle.open("t-1")
       yield* progress.report(0.1)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("200 millis")
       yield* progress.report(0.2)
       yield* TestClock.adjust("300 millis")
@@ -116,10 +113,10 @@ describe("ProgressThrottle", () => {
       const { publisher, throttle } = setup("2 seconds")
       const progress = yield* throttle.open("t-1")
       yield* progress.report(0.1)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("2500 millis")
       yield* progress.report(0.2)
-      yield* settle
+      yield* settle()
       expect(publisher.timeline()).toEqual([[0, 0.1], [2500, 0.2]])
     }))
 
@@ -129,7 +126,7 @@ describe("ProgressThrottle", () => {
       const regressed = yield* droppedSince("regressed")
       const progress = yield* throttle.open("t-1")
       yield* progress.report(0.5)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("100 millis")
       yield* progress.report(0.6)
       yield* TestClock.adjust("100 millis")
@@ -158,14 +155,14 @@ describe("ProgressThrottle", () => {
       for (const fraction of [NaN, Infinity, -Infinity, -0.1, 1, 1.5]) {
         yield* progress.report(fraction)
       }
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("5 seconds")
       expect(publisher.attempts()).toBe(0)
       expect(yield* invalid).toBe(6)
 
       // None of them counted as the highest: 0, the lower bound, still goes out.
       yield* progress.report(0)
-      yield* settle
+      yield* settle()
       expect(publisher.timeline()).toEqual([[5000, 0]])
       expect(publisher.sent[0]!.text).toBe(
         `{"task_id":"t-1","data":{"message_type":"progress","progress":0}}`,
@@ -181,14 +178,14 @@ describe("ProgressThrottle", () => {
       for (const payload of payloads) {
         yield* progress.report(0.9, payload as Record<string, unknown>)
       }
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("5 seconds")
       expect(publisher.attempts()).toBe(0)
       expect(yield* invalid).toBe(payloads.length)
 
       // A dropped update does not raise the fraction: 0.5 is not a regression.
       yield* progress.report(0.5, { stage: "ocr" })
-      yield* settle
+      yield* settle()
       expect(publisher.sent.map((s) => s.message.data)).toEqual([
         { message_type: "progress", progress: 0.5, response: { stage: "ocr" } },
       ])
@@ -200,7 +197,7 @@ describe("ProgressThrottle", () => {
       const concluded = yield* droppedSince("concluded")
       const progress = yield* throttle.open("t-1")
       yield* progress.report(0.1)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("100 millis")
       yield* progress.report(0.2)
       yield* TestClock.adjust("100 millis")
@@ -211,7 +208,7 @@ describe("ProgressThrottle", () => {
 
       // A report after the conclusion is dropped too.
       yield* progress.report(0.3)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("10 seconds")
       expect(publisher.timeline()).toEqual([[0, 0.1]])
       expect(yield* concluded).toBe(2)
@@ -238,7 +235,7 @@ describe("ProgressThrottle", () => {
       const throttle = ProgressThrottle.make("1 second", slowPublish)
       const progress = yield* throttle.open("t-1")
       yield* progress.report(0.1)
-      yield* settle
+      yield* settle()
       yield* TestClock.adjust("50 millis")
       yield* progress.report(0.2)
       const closing = yield* Effect.forkChild(progress.close)
@@ -258,7 +255,7 @@ describe("ProgressThrottle", () => {
       yield* Effect.scoped(Effect.gen(function* () {
         const progress = yield* throttle.open("t-1")
         yield* progress.report(0.1)
-        yield* settle
+        yield* settle()
         yield* TestClock.adjust("100 millis")
         yield* progress.report(0.2)
       }))
@@ -273,7 +270,7 @@ describe("ProgressThrottle", () => {
       const progress = yield* throttle.open("t-1")
       publisher.failNext()
       const first = yield* Effect.exit(progress.report(0.1))
-      yield* settle
+      yield* settle()
       expect(first._tag).toBe("Success")
       expect(publisher.attempts()).toBe(1)
       expect(publisher.sent).toEqual([])
@@ -293,10 +290,10 @@ describe("ProgressThrottle", () => {
       yield* given.report(0.1)
       yield* TestClock.adjust("1 second")
       yield* given.report(0.2)
-      yield* settle
+      yield* settle()
       const own = [yield* throttle.open("t-2"), yield* throttle.open("t-2")]
       for (const channel of own) yield* channel.report(0.1)
-      yield* settle
+      yield* settle()
       const ids = publisher.sent.map((s) => s.messageId!)
       expect(ids.slice(0, 2)).toEqual(["t-1:2:k3x9a0b2:progress:1", "t-1:2:k3x9a0b2:progress:2"])
       // Two channels of one task, one delivery each: ids of their own.
@@ -311,11 +308,11 @@ describe("ProgressThrottle", () => {
       const a = yield* throttle.open("a")
       const b = yield* throttle.open("b")
       yield* a.report(0.1)
-      yield* settle
+      yield* settle()
       yield* b.report(0.2)
-      yield* settle
+      yield* settle()
       yield* a.report(0.3)
-      yield* settle
+      yield* settle()
       expect(publisher.sent.map((s) => [s.message.task_id, s.message.data.progress])).toEqual([
         ["a", 0.1],
         ["b", 0.2],
@@ -338,7 +335,7 @@ describe("ProgressThrottle", () => {
           const { publisher, throttle } = setup()
           const progress = yield* throttle.open(message.task_id)
           yield* progress.report(fraction, payload)
-          yield* settle
+          yield* settle()
           expect(publisher.sent.map((s) => [s.type, s.text])).toEqual([
             ["progress", vector.bytes],
           ])
@@ -352,7 +349,7 @@ describe("ProgressThrottle", () => {
       let lost = false
       const progress = yield* throttle.open("t-fenced", { isLost: () => lost })
       yield* progress.report(0.1)
-      yield* settle
+      yield* settle()
       yield* progress.report(0.2)
       yield* TestClock.adjust("1 second")
       yield* progress.report(0.3)

@@ -17,6 +17,7 @@ import {
   type PoisonReason,
   truncateUtf8,
 } from "../src/Protocol.ts"
+import { textOf, utf8 } from "./support/builders.ts"
 
 // The spec's vectors, read from the shared file at run time (never copied here).
 interface EncodeVector {
@@ -55,7 +56,6 @@ const POISON_REASONS: ReadonlyArray<PoisonReason> = [
   "no_task_id",
 ]
 
-const utf8 = (text: string): Uint8Array => new TextEncoder().encode(text)
 const text = (bytes: Uint8Array): string => new TextDecoder("utf-8", { fatal: true }).decode(bytes)
 const utf8Length = (s: string): number => utf8(s).byteLength
 
@@ -405,8 +405,6 @@ describe("Protocol", () => {
   })
 
   describe("encodeSubmission", () => {
-    const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
-
     it("writes the envelope as the platform does, and the worker reads it back as the task", () => {
       const bytes = encodeSubmission({
         taskId: "t-1",
@@ -414,7 +412,7 @@ describe("Protocol", () => {
         body: { text: "a b", n: 2 },
         inputRefs: ["s3://b/k"],
       })
-      expect(text(bytes)).toBe(
+      expect(textOf(bytes)).toBe(
         '{"task_id":"t-1","client_id":"c-9","data":{"message_type":"submission",' +
           '"body":{"text":"a b","n":2},"input_refs":["s3://b/k"]}}',
       )
@@ -429,7 +427,7 @@ describe("Protocol", () => {
     })
 
     it("leaves out what is not given", () => {
-      expect(text(encodeSubmission({ taskId: "t", body: {} }))).toBe(
+      expect(textOf(encodeSubmission({ taskId: "t", body: {} }))).toBe(
         '{"task_id":"t","data":{"message_type":"submission","body":{}}}',
       )
     })

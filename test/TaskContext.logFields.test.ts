@@ -18,6 +18,7 @@ import * as WorkerProgram from "../src/WorkerProgram.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 import { waitUntil } from "./support/logs.ts"
 import type { Handler } from "../src/WorkerDefinition.ts"
+import { sleep } from "./support/waits.ts"
 
 /** A pino logger with the task's fields mixed in, writing its JSON lines to `lines`. */
 const logging = () => {
@@ -31,7 +32,6 @@ const logging = () => {
 
 const Input = Schema.Struct({ n: Schema.Number })
 const Output = Schema.Struct({ n: Schema.Number })
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 /** A worker of `handler`, as each test below defines one. */
 const defined = (name: string, handler: Handler<typeof Input.Type, typeof Output.Type, never>) =>
   Worker.make({ name, input: Input, output: Output, timeout: "5 seconds", handler })

@@ -3,7 +3,7 @@
  * on Node and Deno alike (the suite runs on both). Real time, bounded: the work is a thread's.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Logger, References, Schema } from "effect"
+import { Context, Duration, Effect, Layer, References, Schema } from "effect"
 import process from "node:process"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as WorkerHarness from "../src/testing.ts"
@@ -11,6 +11,7 @@ import * as Thread from "../src/Thread.ts"
 import * as Transient from "../src/Transient.ts"
 import * as Worker from "../src/Worker.ts"
 import { WorkerDefinitionError } from "../src/WorkerError.ts"
+import { withLogs } from "./support/logs.ts"
 
 const MODULE = new URL("./fixtures/threads/handlers.mjs", import.meta.url)
 const Input = Schema.Struct({ text: Schema.String, ms: Schema.optional(Schema.Number) })
@@ -37,30 +38,11 @@ const threaded = (
     ),
   })
 
-/** The lines logged while `body` runs, with their level and annotations. */
-const withLines = <A, E, R>(
-  body: (
-    lines: Array<{ level: string; message: string; annotations: Record<string, unknown> }>,
-  ) => Effect.Effect<A, E, R>,
-) =>
-  Effect.suspend(() => {
-    const lines: Array<{ level: string; message: string; annotations: Record<string, unknown> }> =
-      []
-    const logger = Logger.make(({ fiber, logLevel, message }) => {
-      lines.push({
-        level: logLevel,
-        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: { ...fiber.getRef(References.CurrentLogAnnotations) },
-      })
-    })
-    return Effect.provide(body(lines), Logger.layer([logger]))
-  })
-
 describe("Thread.handler", () => {
   it.effect(
     "runs the module's function on a thread: its output, progress and log lines reach the worker",
     () =>
-      withLines((lines) =>
+      withLogs(({ lines }) =>
         Effect.gen(function* () {
           const harness = yield* WorkerHarness.make(threaded("count"), { logLevel: "info" })
           const run = yield* harness.submit({ text: "one two three" }, { taskId: "t-count" })

@@ -6,7 +6,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base"
-import { Context, Effect, Logger, Option, References, Schema, Tracer } from "effect"
+import { Context, Effect, Logger, Option, References, Tracer } from "effect"
 import {
   DELIVERY_SPAN,
   formatTraceparent,
@@ -20,11 +20,8 @@ import * as Worker from "../src/Worker.ts"
 import { FatalError } from "../src/WorkerError.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 import { waitUntil } from "./support/logs.ts"
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+import { envelope, textOf, utf8 } from "./support/builders.ts"
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 /** A `count-words` worker whose handler counts inside a span of its own, `count`. */
 const counting = Worker.make({
@@ -60,9 +57,6 @@ const parentOf = (span: ReadableSpan) => span.parentSpanContext?.spanId
 
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 const PARENT_ID = "00f067aa0ba902b7"
-
-const envelope = (taskId: string, text: string) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { text } } })
 
 /** Runs `worker` on the MemoryBroker (the pool, as in production) until `count` messages are out. */
 const runOnBroker = (
@@ -141,7 +135,7 @@ describe("Tracing", () => {
     const { layer, one } = otel()
     return Effect.gen(function* () {
       const out = yield* runOnBroker([{
-        body: envelope("t-remote", "one two"),
+        body: envelope("t-remote", { text: "one two" }),
         headers: { traceparent: `00-${TRACE_ID}-${PARENT_ID}-01`, other: 1 },
       }], 2)
       const delivery = one(DELIVERY_SPAN)
@@ -150,7 +144,7 @@ describe("Tracing", () => {
       expect(delivery.parentSpanContext?.isRemote).toBe(true)
       expect(delivery.attributes["task.id"]).toBe("t-remote")
       expect(parentOf(one(HANDLER_SPAN))).toBe(idsOf(delivery).spanId)
-      expect(out.map((m) => JSON.parse(new TextDecoder().decode(m.body)).data.message_type))
+      expect(out.map((m) => JSON.parse(textOf(m.body)).data.message_type))
         .toEqual(["started", "success"])
       expect(out.map((m) => m.headers?.traceparent)).toEqual([
         `00-${TRACE_ID}-${idsOf(one("publish started")).spanId}-01`,
@@ -169,10 +163,10 @@ describe("Tracing", () => {
       const app = yield* Effect.currentSpan.pipe(Effect.orDie)
       yield* runOnBroker([
         {
-          body: envelope("t-upper", "a"),
+          body: envelope("t-upper", { text: "a" }),
           headers: { traceparent: `00-${TRACE_ID.toUpperCase()}-${PARENT_ID}-01` },
         },
-        { body: envelope("t-none", "b") },
+        { body: envelope("t-none", { text: "b" }) },
       ], 4)
       const deliveries = named(DELIVERY_SPAN)
       expect(deliveries).toHaveLength(2)
@@ -191,7 +185,9 @@ describe("Tracing", () => {
   it.live("each delivery without a parent starts a trace of its own", () => {
     const { layer, named } = otel()
     return Effect.gen(function* () {
-      yield* runOnBroker([{ body: envelope("t-a", "a") }, { body: envelope("t-b", "b") }], 4)
+      yield* runOnBroker([{ body: envelope("t-a", { text: "a" }) }, {
+        body: envelope("t-b", { text: "b" }),
+      }], 4)
       const deliveries = named(DELIVERY_SPAN)
       expect(deliveries).toHaveLength(2)
       for (const delivery of deliveries) expect(delivery.parentSpanContext).toBeUndefined()
@@ -224,7 +220,7 @@ describe("Tracing", () => {
     return Effect.gen(function* () {
       yield* runOnBroker([
         {
-          body: envelope("t-runs", "a"),
+          body: envelope("t-runs", { text: "a" }),
           headers: { traceparent: `00-${TRACE_ID}-${PARENT_ID}-01` },
         },
         {
@@ -330,7 +326,7 @@ describe("traceparent", () => {
       const invalid of [
         undefined,
         42,
-        new TextEncoder().encode(`00-${TRACE_ID}-${PARENT_ID}-01`),
+        utf8(`00-${TRACE_ID}-${PARENT_ID}-01`),
         "",
         `00-${TRACE_ID.toUpperCase()}-${PARENT_ID}-01`,
         `00-${"0".repeat(32)}-${PARENT_ID}-01`,

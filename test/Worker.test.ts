@@ -1,20 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
-import {
-  Config,
-  ConfigProvider,
-  Context,
-  Duration,
-  Effect,
-  Fiber,
-  Layer,
-  References,
-  Schema,
-} from "effect"
+import { Config, ConfigProvider, Context, Duration, Effect, Fiber, Layer, References } from "effect"
 import { TestClock } from "effect/testing"
 import * as Net from "node:net"
 import * as MemoryBroker from "../src/MemoryBroker.ts"
 import * as Probes from "../src/Probes.ts"
-import type { WireMessage } from "../src/Protocol.ts"
 import * as Settings from "../src/Settings.ts"
 import * as WorkerHarness from "../src/testing.ts"
 import type * as Lifecycle from "../src/Lifecycle.ts"
@@ -22,11 +11,8 @@ import * as Worker from "../src/Worker.ts"
 import { memoryEnvironment } from "./support/environment.ts"
 import * as Transient from "../src/Transient.ts"
 import { RetryableError, WorkerDefinitionError } from "../src/WorkerError.ts"
-
-const Text = Schema.Struct({ text: Schema.String })
-const Words = Schema.Struct({ words: Schema.Number })
-
-const countWords = (text: string): number => text.split(/\s+/).filter((w) => w.length > 0).length
+import { envelope, textOf, wireOf } from "./support/builders.ts"
+import { countWords, Text, Words } from "./support/countWords.ts"
 
 const valid: Worker.WorkerDefinition<
   typeof Text.Type,
@@ -47,11 +33,6 @@ const definition = (
 ): Worker.WorkerDefinition<any, any, any, never> =>
   ({ ...valid, ...changes }) as unknown as Worker.WorkerDefinition<any, any, any, never>
 
-const decoder = new TextDecoder()
-
-const envelope = (taskId: string, body: unknown) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
-
 const environment = memoryEnvironment
 
 /** The messages on the output queue, decoded. */
@@ -59,7 +40,7 @@ const outbound = Effect.gen(function* () {
   const broker = yield* MemoryBroker.MemoryBroker
   const settings = yield* Settings.Settings
   const messages = yield* broker.published(settings.outQueue)
-  return messages.map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
+  return messages.map((m) => wireOf(m.body))
 })
 
 /** Steps the TestClock by `step` until `check` holds, at most `limit` steps. */
@@ -378,7 +359,7 @@ describe("Worker", () => {
           for (let i = 0; i < 100 && !published.includes(success); i++) {
             yield* Effect.sleep("20 millis")
             published = (yield* broker.published("with-services_queue_out")).map((m) =>
-              new TextDecoder().decode(m.body)
+              textOf(m.body)
             )
           }
           expect(published).toContain(success)
@@ -552,9 +533,7 @@ describe("Worker.layerMemory with Probes.layer", () => {
       let published: ReadonlyArray<string> = []
       for (let i = 0; i < 100 && !published.includes(success); i++) {
         yield* Effect.sleep("20 millis")
-        published = (yield* broker.published("embedded_queue_out")).map((m) =>
-          new TextDecoder().decode(m.body)
-        )
+        published = (yield* broker.published("embedded_queue_out")).map((m) => textOf(m.body))
       }
       expect(published).toContain(success)
       const ready = yield* Effect.promise(() => fetch(`http://127.0.0.1:${port}/ready`))

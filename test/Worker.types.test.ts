@@ -51,7 +51,7 @@ Worker.run(worker)
     expect(errors).toHaveLength(1)
     expect(errors[0]).not.toContain("onIdle")
     expect(errors[0]).toMatch(
-      /^Argument of type 'Worker<.*, Database>' is not assignable to parameter of type 'Worker<.*, Database> & HandlerRequires<Database>'\. Property '"the handler requires services: give them with Worker\.run\(worker, \{ layer \}\)"' is missing/,
+      /^Argument of type 'Worker<.*, Database, never>' is not assignable to parameter of type 'Worker<.*, Database, never> & HandlerRequires<Database>'\. Property '"the handler requires services: give them with Worker\.run\(worker, \{ layer \}\)"' is missing/,
     )
   }, 60_000)
 

@@ -13,6 +13,7 @@ import { MissingServiceError } from "../src/WorkerError.ts"
 import * as WorkerProgram from "../src/WorkerProgram.ts"
 import { memoryEnvironment, publishedTypes } from "./support/environment.ts"
 import { waitUntil } from "./support/logs.ts"
+import { envelope } from "./support/builders.ts"
 
 const worker = Worker.make({
   name: "program",
@@ -25,9 +26,6 @@ const worker = Worker.make({
       return { length: text.length }
     }),
 })
-
-const envelope = (taskId: string) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body: { text: "abc" } } })
 
 describe("WorkerProgram", () => {
   it.effect("a throttle given to the composition replaces the SDK's own", () => {
@@ -46,7 +44,7 @@ describe("WorkerProgram", () => {
       const broker = yield* MemoryBroker.MemoryBroker
       const settings = yield* Settings.Settings
       yield* WorkerProgram.consume(worker, { throttle: recording })
-      yield* broker.publish(settings.inQueue, envelope("t-1")).pipe(Effect.orDie)
+      yield* broker.publish(settings.inQueue, envelope("t-1", { text: "abc" })).pipe(Effect.orDie)
       const types = publishedTypes(broker, settings.outQueue, "t-1")
       yield* waitUntil(() => Effect.map(types, (t) => t.includes("success")), "t-1 concludes")
       expect(reports).toEqual([{ taskId: "t-1", fraction: 0.5 }])
@@ -71,7 +69,7 @@ describe("WorkerProgram", () => {
           Effect.andThen(Effect.sync(() => seen.push(type)), inner.publish(body, type)),
       })
       yield* WorkerProgram.consume(worker).pipe(Effect.provideService(Transport, watched))
-      yield* broker.publish(settings.inQueue, envelope("t-2")).pipe(Effect.orDie)
+      yield* broker.publish(settings.inQueue, envelope("t-2", { text: "abc" })).pipe(Effect.orDie)
       yield* waitUntil(() => seen.includes("success"), "t-2 concludes")
       expect(seen).toEqual(["started", "progress", "success"])
     }).pipe(
@@ -112,8 +110,8 @@ describe("WorkerProgram", () => {
     return Effect.gen(function* () {
       const broker = yield* MemoryBroker.MemoryBroker
       const settings = yield* Settings.Settings
-      yield* broker.publish(settings.inQueue, envelope("t-3")).pipe(Effect.orDie)
-      yield* broker.publish(settings.inQueue, envelope("t-4")).pipe(Effect.orDie)
+      yield* broker.publish(settings.inQueue, envelope("t-3", { text: "abc" })).pipe(Effect.orDie)
+      yield* broker.publish(settings.inQueue, envelope("t-4", { text: "abc" })).pipe(Effect.orDie)
       const running = yield* WorkerProgram.consume(unprovided)
       const exit = yield* Effect.exit(running.await)
       expect(exit).toEqual(Exit.fail(new MissingServiceError({ service: "app/Database" })))

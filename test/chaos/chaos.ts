@@ -11,7 +11,7 @@
  * options. It stops and restarts the broker and closes connections: run it alone, e.g. under
  * `flock -x /tmp/rabbit.lock`. `test/faults/chaos.test.ts` runs a smaller one in CI.
  */
-import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { createWriteStream, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -19,8 +19,10 @@ import { join } from "node:path"
 import process from "node:process"
 import { Buffer } from "node:buffer"
 import amqp from "amqplib"
-import { BROKER_PORT, RABBITMQCTL, urlFor } from "../integration/broker.ts"
+import { BROKER_PORT, ensureBrokerRunning, RABBITMQCTL, urlFor } from "../integration/broker.ts"
 import { checkBuild, ROOT, type Runtime, runtimeSpec } from "../support/runtimes.ts"
+import { envelope } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
 export type { Runtime }
 
@@ -175,8 +177,6 @@ export interface ChaosReport {
   readonly notes: ReadonlyArray<string>
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
-
 // ---------------------------------------------------------------------------------------------
 // The broker
 
@@ -191,16 +191,6 @@ const execFileAsync = (file: string, args: ReadonlyArray<string>, timeout = 120_
 /** `rabbitmqctl`, without blocking the event loop: the platform's consumer goes on meanwhile. */
 export const rabbitmqctl = (...args: ReadonlyArray<string>): Promise<string> =>
   execFileAsync(RABBITMQCTL, ["-q", ...args])
-
-/** Starts the broker's application if it is stopped, and waits for it: idempotent. */
-export const ensureBrokerRunning = (): void => {
-  try {
-    execFileSync(RABBITMQCTL, ["-q", "start_app"], { encoding: "utf8", timeout: 120_000 })
-  } catch {
-    // Already running.
-  }
-  execFileSync(RABBITMQCTL, ["-q", "await_startup"], { encoding: "utf8", timeout: 120_000 })
-}
 
 /** The chaos vhost, quorum by default, with guest's permissions: made once, idempotently. */
 export const ensureChaosVhost = async (): Promise<void> => {
@@ -560,8 +550,6 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
   // The tasks: ids counted, some perhaps dropped or doubled to check the accounting itself.
   const ids = Array.from({ length: options.tasks }, (_, i) => `${name}-${i}`)
   const dropped = new Set(ids.slice(0, options.dropTasks ?? 0))
-  const envelope = (id: string) =>
-    JSON.stringify({ task_id: id, data: { message_type: "submission", body: { id } } })
   const order = [
     ...ids.filter((id) => !dropped.has(id)),
     ...ids.slice(ids.length - (options.duplicateTasks ?? 0)),
@@ -576,7 +564,7 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
   // The faults' thresholds count the tasks of the first batch only, which can all conclude
   // before the reserve is published.
   const firstExpected = new Set(first).size
-  await publishTasks(url, inQueue, first.map(envelope))
+  await publishTasks(url, inQueue, first.map((id) => envelope(id, { id })))
   log(`published ${first.length} envelopes on ${CHAOS_VHOST}/${inQueue}, ${reserve} held back`)
 
   // The output queue, read throughout.
@@ -728,7 +716,11 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
       const backlog = 2 * options.concurrency * workerCount
       const topUp = Math.min(topUpsLeft, Math.max(0, backlog - (published - concludedCount)))
       if (topUp > 0) {
-        await publishTasks(url, inQueue, heldBack.splice(0, topUp).map(envelope))
+        await publishTasks(
+          url,
+          inQueue,
+          heldBack.splice(0, topUp).map((id) => envelope(id, { id })),
+        )
         published += topUp
         topUpsLeft -= topUp
         log(`published ${topUp} of the envelopes held back, for a backlog at fault ${index + 1}`)
@@ -881,7 +873,7 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
     }
 
     // Every fault has struck: the reserve, then the rest of the tasks.
-    await publishTasks(url, inQueue, heldBack.map(envelope))
+    await publishTasks(url, inQueue, heldBack.map((id) => envelope(id, { id })))
     log(`published the last ${heldBack.length} envelopes held back`)
     while (
       concludedCount < expected &&

@@ -11,10 +11,9 @@ import { randomBytes } from "node:crypto"
 import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import process from "node:process"
+import { sleep } from "../support/waits.ts"
 
 const BIN = "/usr/lib/rabbitmq/bin"
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 
 /** One node: its name, its AMQP port (127.0.0.1 only), its directory. */
 export interface ClusterNode {

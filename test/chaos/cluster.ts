@@ -40,6 +40,8 @@ import {
 } from "./cluster-nodes.ts"
 import { type FaultProxy, startProxy } from "./fault-proxy.ts"
 import type { Runtime } from "../support/runtimes.ts"
+import { envelope } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
 const VHOST = "cluster-chaos"
 const IN_QUEUE = "chaos-cluster_queue_in"
@@ -49,7 +51,6 @@ const HANG_S = 15
 const PARTITION_S = 40
 const LONG_HANG_S = 80
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 const secondsSince = (from: number, to: number | undefined) =>
   to === undefined ? undefined : (to - from) / 1000
 
@@ -602,9 +603,6 @@ export interface ClusterReport {
   readonly wallS: number
 }
 
-const envelope = (id: string) =>
-  JSON.stringify({ task_id: id, data: { message_type: "submission", body: { id } } })
-
 /** The tasks of each strike: the total shared out, in order. */
 const shareTasks = (total: number, strikes: number, prefix: string) =>
   Array.from({ length: strikes }, (_, s) => {
@@ -797,7 +795,7 @@ const publishBatch = async (
   ids: ReadonlyArray<string>,
 ) => {
   const node = cluster.nodes.find((n) => n.name !== avoid?.name && cluster.isRunning(n))!
-  await publishTasks(urlOf(node), IN_QUEUE, ids.map(envelope))
+  await publishTasks(urlOf(node), IN_QUEUE, ids.map((id) => envelope(id, { id })))
 }
 
 /** SIGTERM to each worker, SIGKILL past the shutdown bound. */

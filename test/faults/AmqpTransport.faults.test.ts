@@ -3,30 +3,26 @@
  * a broker restart lose no task, and no terminal message goes out for a task whose lease is
  * gone. Run alone (vitest.alone.config.ts): it restarts the broker.
  */
-import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Effect, Fiber, Layer, References, Schema } from "effect"
 import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import { Transport } from "../../src/Transport.ts"
 import * as Worker from "../../src/Worker.ts"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "../integration/broker.ts"
+import {
+  ensureBrokerRunning,
+  ensureVhosts,
+  platform,
+  QUORUM_VHOST,
+  rabbitmqctl,
+  uniqueName,
+  urlFor,
+} from "../integration/broker.ts"
+import { textOf } from "../support/builders.ts"
+import { sleep } from "../support/waits.ts"
 
-const rabbitmqctl = (...args: ReadonlyArray<string>) =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 120_000 })
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-const ensureBrokerRunning = () => {
-  try {
-    rabbitmqctl("start_app")
-  } catch {
-    // Already running.
-  }
-  rabbitmqctl("await_startup")
-}
-
-const decoder = new TextDecoder()
+/** A broker's stop and start take longer than most `rabbitmqctl` calls. */
+const SLOW = { timeout: 120_000 }
 
 const worker = (name: string) =>
   Worker.make({
@@ -50,7 +46,7 @@ const fencingWatch = () => {
       if (next._tag === "None") return next
       const delivery = next.value
       try {
-        const taskId = JSON.parse(decoder.decode(delivery.body)).task_id as string
+        const taskId = JSON.parse(textOf(delivery.body)).task_id as string
         lost.set(taskId, false)
         delivery.lease.onLost(() => lost.set(taskId, true))
       } catch {
@@ -61,7 +57,7 @@ const fencingWatch = () => {
     publish: (body, type) =>
       Effect.suspend(() => {
         if (type === "success" || type === "failure") {
-          const taskId = JSON.parse(decoder.decode(body)).task_id as string
+          const taskId = JSON.parse(textOf(body)).task_id as string
           if (lost.get(taskId) === true) violations++
         }
         return transport.publish(body, type)
@@ -128,12 +124,12 @@ describe("AmqpTransport under faults", () => {
       await broker.close()
       for (let i = 0; i < 5; i++) {
         await sleep(300)
-        rabbitmqctl("close_all_connections", "fault test")
+        rabbitmqctl("close_all_connections", "fault test", SLOW)
       }
       await sleep(300)
-      rabbitmqctl("stop_app")
-      rabbitmqctl("start_app")
-      rabbitmqctl("await_startup")
+      rabbitmqctl("stop_app", SLOW)
+      rabbitmqctl("start_app", SLOW)
+      rabbitmqctl("await_startup", SLOW)
       broker = await platform(QUORUM_VHOST)
       const concluded = new Map<string, number>()
       const deadline = Date.now() + 90_000
@@ -170,14 +166,14 @@ describe("AmqpTransport under faults", () => {
 
   it("a worker started while the broker is down consumes within 5 s of its return", async () => {
     const name = uniqueName("down")
-    rabbitmqctl("stop_app")
+    rabbitmqctl("stop_app", SLOW)
     let running: { stop: () => Promise<unknown> } | undefined
     try {
       running = runWorker(name, (t) => t, 1)
       await sleep(2000)
     } finally {
-      rabbitmqctl("start_app")
-      rabbitmqctl("await_startup")
+      rabbitmqctl("start_app", SLOW)
+      rabbitmqctl("await_startup", SLOW)
     }
     const back = Date.now()
     const broker = await platform(QUORUM_VHOST)

@@ -12,12 +12,12 @@ import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   checkReport,
-  ensureBrokerRunning,
   formatReport,
   killAllWorkers,
   runChaos,
   type Runtime,
 } from "../chaos/chaos.ts"
+import { ensureBrokerRunning } from "../integration/broker.ts"
 
 const runtime: Runtime = "deno" in process.versions ? "deno" : "node"
 const allowStaleBuild = process.env.CHAOS_ALLOW_STALE_BUILD === "1"

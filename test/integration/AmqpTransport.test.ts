@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process"
 import process from "node:process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -22,31 +21,15 @@ import {
   isRabbitMQ4,
   platform,
   QUORUM_VHOST,
-  RABBITMQCTL,
+  rabbitmqctl,
+  terminal,
   uniqueName,
   urlFor,
 } from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
-
-const rabbitmqctl = (...args: ReadonlyArray<string | { readonly ignoreFailure: boolean }>) => {
-  const words = args.filter((a): a is string => typeof a === "string")
-  try {
-    execFileSync(RABBITMQCTL, ["-q", ...words], { encoding: "utf8", timeout: 60_000 })
-  } catch (error) {
-    if (!args.some((a) => typeof a === "object" && a.ignoreFailure)) throw error
-  }
-}
-
-/** Polls `check` every 20 ms for at most 20 s. */
-const waitFor = async (check: () => boolean) => {
-  const deadline = Date.now() + 20_000
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error("gave up waiting")
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
 
 /** Publishes to `queue` until it refuses one (a policy takes a moment to apply). */
 const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, queue: string) => {
@@ -56,7 +39,7 @@ const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, qu
     const refused = await broker.confirmed().then(() => false, () => true)
     if (refused) return
     // A quorum queue takes one message past its limit before it refuses: it stays there.
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
   }
   throw new Error(`${queue} still accepts publishes`)
 }
@@ -64,7 +47,7 @@ const waitUntilRefused = async (broker: Awaited<ReturnType<typeof platform>>, qu
 const Input = Schema.Struct({ text: Schema.String })
 const Output = Schema.Struct({ words: Schema.Number })
 
-const countWords = (name: string) =>
+const wordCounter = (name: string) =>
   Worker.make({
     name,
     input: Input,
@@ -159,9 +142,6 @@ const refusedVhost = async (vhost: string) => {
   return { failure: exit.value, logs }
 }
 
-const terminal = (m: { readonly type: string | undefined }) =>
-  m.type === "success" || m.type === "failure"
-
 /** A vhost guest has no permissions on (`add_vhost` grants none). */
 const FORBIDDEN_VHOST = "async-task-worker-forbidden"
 
@@ -184,7 +164,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         "concludes success and failure with the exact bytes and properties, then acks",
         async () => {
           const name = uniqueName("words")
-          const worker = runWorker(countWords(name), vhost, {})
+          const worker = runWorker(wordCounter(name), vhost, {})
           try {
             // The worker declares the queues; wait for them before publishing.
             await broker.waitForQueues(name)
@@ -232,7 +212,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         "acks poison without publishing, and answers an invalid envelope with INVALID_MESSAGE",
         async () => {
           const name = uniqueName("poison")
-          const worker = runWorker(countWords(name), vhost, {})
+          const worker = runWorker(wordCounter(name), vhost, {})
           try {
             await broker.waitForQueues(name)
             broker.publish(`${name}_queue_in`, "not json at all")
@@ -355,7 +335,10 @@ describe("AmqpTransport on RabbitMQ", () => {
         broker.publish(`${name}_queue_in`, broker.envelope("t-drained", { text: "a" }))
         for (let i = 0; i < 3; i++) {
           const stopped = worker(false)
-          await waitFor(() => seen.length === i + 1)
+          await pollUntil(`run ${i + 1} of the handler`, () => seen.length === i + 1, {
+            ms: 20_000,
+            every: 20,
+          })
           await stopped.stop()
           lines.push(...decisions(stopped.logs))
         }
@@ -364,7 +347,10 @@ describe("AmqpTransport on RabbitMQ", () => {
           await broker.waitForQueues(name)
           const out = await broker.readUntil(`${name}_queue_out`, (all) => all.some(terminal))
           expect(out.at(-1)!.type).toBe("success")
-          await waitFor(() => decisions(last.logs).length === 1)
+          await pollUntil("the decision line", () => decisions(last.logs).length === 1, {
+            ms: 20_000,
+            every: 20,
+          })
           lines.push(...decisions(last.logs))
         } finally {
           await last.stop()
@@ -442,7 +428,7 @@ describe("AmqpTransport on RabbitMQ", () => {
   it("loses no ack when it stops at prefetch 200: nothing comes back to the queue", async () => {
     const broker = await platform(QUORUM_VHOST)
     const name = uniqueName("lossless")
-    const worker = runWorker(countWords(name), QUORUM_VHOST, { concurrency: 200 })
+    const worker = runWorker(wordCounter(name), QUORUM_VHOST, { concurrency: 200 })
     try {
       await broker.waitForQueues(name)
       for (let i = 0; i < 200; i++) {
@@ -592,7 +578,7 @@ describe("AmqpTransport on RabbitMQ", () => {
           JSON.stringify({ "max-length": max, overflow: "reject-publish" }),
         )
       const broker = await platform(QUORUM_VHOST)
-      const worker = runWorker(countWords(name), QUORUM_VHOST, {})
+      const worker = runWorker(wordCounter(name), QUORUM_VHOST, {})
       try {
         await broker.waitForQueues(name)
         // A queue at its length limit with `reject-publish` nacks every publish, as a full
@@ -602,7 +588,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         broker.publish(`${name}_queue_in`, broker.envelope("t-refused", { text: "a b c" }))
         await broker.confirmed()
         const cpuBefore = process.cpuUsage()
-        await new Promise((resolve) => setTimeout(resolve, 10_000))
+        await sleep(10_000)
         const cpu = process.cpuUsage(cpuBefore)
         const held = decisions(worker.logs)
         // The queue accepts again. On RabbitMQ 3.10 a quorum queue keeps refusing once its
@@ -623,7 +609,10 @@ describe("AmqpTransport on RabbitMQ", () => {
         expect(out.filter(terminal).map((m) => m.text)).toEqual([
           `{"task_id":"t-refused","data":{"message_type":"success","response":{"words":3}}}`,
         ])
-        await waitFor(() => decisions(worker.logs).length === 1)
+        await pollUntil("the decision line", () => decisions(worker.logs).length === 1, {
+          ms: 20_000,
+          every: 20,
+        })
         expect(decisions(worker.logs)[0]).toMatch(
           /^Delivery settled: outcome=success .*attempt=1\/5/,
         )

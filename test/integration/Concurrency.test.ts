@@ -5,11 +5,12 @@
  */
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Effect, Exit, Fiber, Layer, References, Schema } from "effect"
-import * as AmqpTransport from "../../src/AmqpTransport.ts"
+import { Effect, Exit, Fiber, Logger, Schema } from "effect"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { serveInProcess } from "./worker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
 
@@ -25,49 +26,40 @@ const queueStats = (queue: string): { readonly unacked: number; readonly ready: 
   return { unacked: Number(line[1]), ready: Number(line[2]) }
 }
 
-/** Polls `probe` until `done` holds, within `ms`; fails with the last value read. */
+/**
+ * Polls `probe` every 100 ms until `done` holds of what it reads, within `ms`; fails with the last
+ * value read.
+ */
 const waitFor = async <A>(
   what: string,
   probe: () => A | Promise<A>,
   done: (a: A) => boolean,
   ms = 20_000,
 ): Promise<A> => {
-  const deadline = Date.now() + ms
-  let last: A
-  for (;;) {
-    last = await probe()
-    if (done(last)) return last
-    if (Date.now() > deadline) {
-      throw new Error(`${what}: not within ${ms} ms; last ${JSON.stringify(last)}`)
-    }
-    await sleep(100)
-  }
+  let last: A | undefined
+  const found = await pollUntil(what, async () => {
+    const value = await probe()
+    last = value
+    return done(value) && { value }
+  }, { ms, every: 100, said: () => `; last ${JSON.stringify(last)}` })
+  return found.value
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** Runs `worker` on RabbitMQ (quorum vhost) until stopped; resolves `done` when `serve` ends. */
-const runWorker = <A, I, O>(
+/** Runs `worker` on RabbitMQ (quorum vhost) until stopped; `fiber` ends when `serve` does. */
+const serveOnQuorum = <A, I, O>(
   worker: Worker.Worker<A, I, O, never>,
   overrides: Settings.SettingsOverrides,
-) => {
-  const settings = Settings.layer({ name: worker.name, timeout: worker.timeout }, {
-    brokerUrl: urlFor(QUORUM_VHOST),
-    shutdownGrace: "2 seconds",
-    ...overrides,
-  })
-  const fiber = Effect.runFork(
-    Worker.serve(worker).pipe(
-      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      // Decision lines are INFO: only warnings and errors are printed.
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-    ),
+) =>
+  serveInProcess(
+    worker,
+    Settings.layer({ name: worker.name, timeout: worker.timeout }, {
+      brokerUrl: urlFor(QUORUM_VHOST),
+      shutdownGrace: "2 seconds",
+      ...overrides,
+    }),
+    // Decision lines are INFO: only warnings and errors are printed.
+    { logger: Logger.defaultLogger, level: "Warn" },
   )
-  return {
-    fiber,
-    stop: () => Effect.runPromise(Fiber.interrupt(fiber)),
-  }
-}
 
 const Input = Schema.Struct({ n: Schema.Number })
 const Output = Schema.Struct({ n: Schema.Number })
@@ -129,7 +121,7 @@ describe("Concurrency on RabbitMQ (quorum queues)", () => {
       const name = uniqueName("resize")
       const inQueue = `${name}_queue_in`
       const tasks = gated(name)
-      const w = runWorker(tasks.worker, { concurrency: 5 })
+      const w = serveOnQuorum(tasks.worker, { concurrency: 5 })
       const unacked = (expected: (n: number) => boolean, what: string) =>
         waitFor(what, () => queueStats(inQueue), (s) => expected(s.unacked))
       try {
@@ -215,7 +207,7 @@ describe("Concurrency on RabbitMQ (quorum queues)", () => {
     async () => {
       const name = uniqueName("invalid")
       const tasks = gated(name)
-      const w = runWorker(tasks.worker, { concurrency: 4 })
+      const w = serveOnQuorum(tasks.worker, { concurrency: 4 })
       try {
         await broker.waitForQueues(name)
         await waitFor("instance", () => tasks.worker.instances.size, (n) => n === 1)
@@ -274,7 +266,7 @@ describe("Concurrency on RabbitMQ (quorum queues)", () => {
           return worker.stop()
         },
       })
-      const w = runWorker(worker, { concurrency: 4 })
+      const w = serveOnQuorum(worker, { concurrency: 4 })
       try {
         // `serve` ends by itself: onIdle asked the worker to stop.
         const exit = await Promise.race([
@@ -311,7 +303,7 @@ describe("Concurrency on RabbitMQ (quorum queues)", () => {
         ...definition(tasks.worker),
         onIdle: () => void fired++,
       })
-      const w = runWorker(worker, { concurrency: 2 })
+      const w = serveOnQuorum(worker, { concurrency: 2 })
       try {
         await broker.waitForQueues(name)
         broker.publish(`${name}_queue_in`, broker.envelope("t-long", { n: 1 }))

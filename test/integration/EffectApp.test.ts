@@ -14,6 +14,7 @@ import * as Probes from "../../src/Probes.ts"
 import * as Worker from "../../src/Worker.ts"
 import { TransportError } from "../../src/WorkerError.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { sleep } from "../support/waits.ts"
 
 class Database extends Context.Service<Database, {
   readonly record: (event: string) => Effect.Effect<void>
@@ -144,7 +145,7 @@ describe("the worker inside an Effect app", () => {
         const deadline = Date.now() + 10_000
         while (!events.includes("task long started") || !events.includes("task short started")) {
           if (Date.now() > deadline) throw new Error(`not both started: ${events.join(", ")}`)
-          await new Promise((resolve) => setTimeout(resolve, 20))
+          await sleep(20)
         }
         await Effect.runPromise(Scope.close(scope, Exit.void))
 

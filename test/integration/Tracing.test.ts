@@ -12,6 +12,7 @@ import * as AmqpTransport from "../../src/AmqpTransport.ts"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -89,7 +90,7 @@ describe("Tracing on RabbitMQ", () => {
       const deadline = Date.now() + 20_000
       while (out.length < 2 && Date.now() < deadline) {
         const message = await channel.get(outQueue, { noAck: true })
-        if (message === false) await new Promise((resolve) => setTimeout(resolve, 20))
+        if (message === false) await sleep(20)
         else out.push(message)
       }
       await channel.close()

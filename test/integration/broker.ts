@@ -9,6 +9,8 @@ import { randomUUID } from "node:crypto"
 import { Buffer } from "node:buffer"
 import process from "node:process"
 import amqp from "amqplib"
+import { envelope } from "../support/builders.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 export const QUORUM_VHOST = "async-task-worker-quorum"
 export const CLASSIC_VHOST = "async-task-worker-classic"
@@ -22,9 +24,38 @@ export const RABBITMQCTL = process.env.TEST_RABBITMQCTL ?? "rabbitmqctl"
 /** The `rabbitmq-diagnostics` beside it. */
 export const RABBITMQ_DIAGNOSTICS = RABBITMQCTL.replace(/rabbitmqctl$/, "rabbitmq-diagnostics")
 
-/** `rabbitmqctl -q ...args` on the broker under test: its output. */
-export const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
-  execFileSync(RABBITMQCTL, ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
+/** How a `rabbitmqctl` call may end. */
+export interface CtlOptions {
+  /** A failure is no error: what the call makes may be there already. */
+  readonly ignoreFailure?: boolean
+  /** Its bound in ms, 60 000 unless said: a broker's stop or start may take longer. */
+  readonly timeout?: number
+}
+
+/**
+ * `rabbitmqctl -q ...args` on the broker under test, `CtlOptions` last if any: its output (empty
+ * for a failure ignored).
+ */
+export const rabbitmqctl = (...args: ReadonlyArray<string | CtlOptions>): string => {
+  const words = args.filter((a): a is string => typeof a === "string")
+  const options = args.find((a): a is CtlOptions => typeof a !== "string") ?? {}
+  try {
+    return execFileSync(RABBITMQCTL, ["-q", ...words], {
+      encoding: "utf8",
+      timeout: options.timeout ?? 60_000,
+    })
+  } catch (error) {
+    if (options.ignoreFailure) return ""
+    throw error
+  }
+}
+
+/** Starts the broker's application if it is stopped, and waits for it: idempotent. */
+export const ensureBrokerRunning = (): void => {
+  // A start fails when the application runs already.
+  rabbitmqctl("start_app", { ignoreFailure: true, timeout: 120_000 })
+  rabbitmqctl("await_startup", { timeout: 120_000 })
+}
 
 /** Whether the broker under test is RabbitMQ 4 or later. */
 export const isRabbitMQ4 = (): boolean => Number(rabbitmqctl("version").trim().split(".")[0]) >= 4
@@ -54,6 +85,10 @@ export interface OutMessage {
   readonly messageId: string | undefined
 }
 
+/** Whether `m` concludes its task: a success or a failure. */
+export const terminal = (m: { readonly type: string | undefined }): boolean =>
+  m.type === "success" || m.type === "failure"
+
 const toOut = (message: amqp.GetMessage): OutMessage => ({
   text: message.content.toString("utf8"),
   type: message.properties.type,
@@ -68,18 +103,14 @@ export const platform = async (vhost: string) => {
   // A confirm channel: what `publish` sends is on the broker once `close` (or `confirmed`) returns.
   const channel = await connection.createConfirmChannel()
   const waitForQueue = async (queue: string, ms = 20_000) => {
-    const deadline = Date.now() + ms
-    while (Date.now() < deadline) {
+    await pollUntil(`${queue} declared`, async () => {
       const probe = await connection.createChannel()
       probe.on("error", () => {})
       const found = await probe.checkQueue(queue).then(() => true, () => false)
-      if (found) {
-        await probe.close()
-        return
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-    throw new Error(`${queue} was not declared within ${ms} ms`)
+      // The check of a missing queue closes the probe's channel; a found one leaves it open.
+      if (found) await probe.close()
+      return found
+    }, { ms })
   }
   return {
     publish: (queue: string, body: string) =>
@@ -87,8 +118,7 @@ export const platform = async (vhost: string) => {
         persistent: true,
         contentType: "application/json",
       }),
-    envelope: (taskId: string, body: unknown) =>
-      JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } }),
+    envelope,
     /** Takes every message now on the queue. */
     drain: async (queue: string): Promise<Array<OutMessage>> => {
       const out: Array<OutMessage> = []
@@ -113,7 +143,7 @@ export const platform = async (vhost: string) => {
         const deadline = Date.now() + 10_000
         let message = await holder.get(queue, { noAck: false })
         while (message === false && Date.now() < deadline) {
-          await new Promise((resolve) => setTimeout(resolve, 20))
+          await sleep(20)
           message = await holder.get(queue, { noAck: false })
         }
         if (message === false) throw new Error(`${queue} is empty`)
@@ -132,7 +162,7 @@ export const platform = async (vhost: string) => {
         const message = await channel.get(queue, { noAck: true })
         if (message === false) {
           if (done(all)) return all
-          await new Promise((resolve) => setTimeout(resolve, 20))
+          await sleep(20)
           continue
         }
         all.push(toOut(message))
@@ -145,6 +175,20 @@ export const platform = async (vhost: string) => {
     },
     declare: (queue: string, options: amqp.Options.AssertQueue) =>
       channel.assertQueue(queue, options),
+    /**
+     * `queue`'s ready messages once the broker has let go of its worker: no consumer left, then a
+     * moment for the broker to requeue what a closed channel held unacked. The queue is read by
+     * declaring it as the worker does: a check of a missing one would close this client's channel.
+     */
+    leftover: async (queue: string) => {
+      await pollUntil(
+        `${queue} without a consumer`,
+        async () => (await channel.assertQueue(queue, { durable: true })).consumerCount === 0,
+        { ms: 10_000 },
+      )
+      await sleep(500)
+      return (await channel.checkQueue(queue)).messageCount
+    },
     /** Waits until the worker has declared both queues of `name`: reading a missing one would close this client's channel. */
     waitForQueues: async (name: string, ms = 20_000) => {
       await waitForQueue(`${name}_queue_in`, ms)
@@ -161,4 +205,19 @@ export const platform = async (vhost: string) => {
       await connection.close()
     },
   }
+}
+
+/**
+ * A unique name after `prefix`, and its pair of queues, declared as a worker declares them
+ * (durable, no arguments: the vhost's default type), so that a test may publish before its worker
+ * runs.
+ */
+export const declaredQueues = async (
+  broker: Awaited<ReturnType<typeof platform>>,
+  prefix: string,
+) => {
+  const name = uniqueName(prefix)
+  const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
+  for (const queue of [inQueue, outQueue]) await broker.declare(queue, { durable: true })
+  return { name, inQueue, outQueue }
 }

@@ -18,7 +18,15 @@ import {
   type Runtime,
   runtimeSpec,
 } from "../support/runtimes.ts"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import {
+  declaredQueues,
+  ensureVhosts,
+  platform,
+  QUORUM_VHOST,
+  uniqueName,
+  urlFor,
+} from "./broker.ts"
+import { sleep } from "../support/waits.ts"
 
 const FIXTURES = join(ROOT, "test/fixtures/cli")
 const WORKERS = join(FIXTURES, "workers.mjs")
@@ -47,8 +55,6 @@ interface CliProcess {
 }
 
 const live = new Set<ChildProcess>()
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** A port on 127.0.0.1 where nothing listens (bound, then released). */
 const deadPort = (): Promise<number> =>
@@ -163,13 +169,8 @@ const start = (
 /** One test's queues on the quorum vhost, declared as the worker declares them, and removed after. */
 const queues = async () => {
   const broker = await platform(QUORUM_VHOST)
-  const name = uniqueName("cli")
-  const inQueue = `${name}_in`
-  const outQueue = `${name}_out`
-  // Durable with no arguments, as the worker declares them: the job cases publish before the
-  // worker starts, and reading a queue that does not exist yet would close the client's channel.
-  await broker.declare(inQueue, { durable: true })
-  await broker.declare(outQueue, { durable: true })
+  // Declared now: the job cases publish before the worker starts.
+  const { inQueue, outQueue } = await declaredQueues(broker, "cli")
   return {
     broker,
     inQueue,
@@ -179,19 +180,8 @@ const queues = async () => {
       IN_QUEUE_NAME: inQueue,
       OUT_QUEUE_NAME: outQueue,
     } as Record<string, string>,
-    /**
-     * The input queue's ready messages once the broker has let go of the worker: no consumer
-     * left, then a moment for the broker to requeue what a closed channel held unacked.
-     */
-    settledCount: async () => {
-      const deadline = Date.now() + 10_000
-      while ((await broker.declare(inQueue, { durable: true })).consumerCount > 0) {
-        if (Date.now() > deadline) throw new Error(`${inQueue} still has a consumer after 10 s`)
-        await sleep(50)
-      }
-      await sleep(500)
-      return broker.count(inQueue)
-    },
+    /** The input queue's ready messages once the broker has let go of the worker. */
+    settledCount: () => broker.leftover(inQueue),
     publish: async (taskId: string, text: string) => {
       broker.publish(inQueue, broker.envelope(taskId, { text }))
       await broker.confirmed()

@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { afterAll, beforeAll } from "vitest"
-import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { ensureVhosts, isRabbitMQ4, platform, QUORUM_VHOST, urlFor } from "./broker.ts"
 import { onNode22 } from "../support/nodes.ts"
 import { baseEnv, checkBuild, ROOT, runtimeSpec } from "../support/runtimes.ts"
 
@@ -25,17 +25,6 @@ export const platformForSuite = () => {
   })
   afterAll(() => broker?.close())
   return () => broker!
-}
-
-/** A unique name after `prefix`, and its pair of queues, declared as a worker declares them. */
-export const declaredQueues = async (
-  broker: Awaited<ReturnType<typeof platform>>,
-  prefix: string,
-) => {
-  const name = uniqueName(prefix)
-  const [inQueue, outQueue] = [`${name}_in`, `${name}_out`]
-  for (const queue of [inQueue, outQueue]) await broker.declare(queue, { durable: true })
-  return { name, inQueue, outQueue }
 }
 
 /** Runs the worker `module` exports, consuming `inQueue` on the quorum vhost; `env` adds settings. */
@@ -68,13 +57,4 @@ export const spawnCliWorker = (
   const records = (): Array<Record<string, unknown>> =>
     stdout.split("\n").slice(0, -1).filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
   return { child, exited, stdout: () => stdout, records }
-}
-
-/** Waits until `check` holds, polling every 50 ms; throws naming `what` after `ms`. */
-export const waitUntil = async (check: () => boolean, ms: number, what: string) => {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
 }

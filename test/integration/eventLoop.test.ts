@@ -8,14 +8,10 @@
  */
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import {
-  declaredQueues,
-  oncePerBroker,
-  platformForSuite,
-  spawnCliWorker,
-  waitUntil,
-} from "./cliWorker.ts"
+import { declaredQueues } from "./broker.ts"
+import { oncePerBroker, platformForSuite, spawnCliWorker } from "./cliWorker.ts"
 import { ROOT } from "../support/runtimes.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const WORKER = join(ROOT, "test/fixtures/event-loop/worker.mjs")
 const BLOCK_MS = 45_000
@@ -31,7 +27,7 @@ describe.runIf(oncePerBroker())("a blocked event loop on RabbitMQ", () => {
       const { name, inQueue, outQueue } = await declaredQueues(broker, "event-loop")
       const worker = spawnCliWorker(WORKER, inQueue, outQueue)
       try {
-        await waitUntil(() => STARTED.test(worker.stdout()), 30_000, "the worker's start")
+        await pollUntil("the worker's start", () => STARTED.test(worker.stdout()), { ms: 30_000 })
         const taskId = `${name}-task`
         broker.publish(inQueue, broker.envelope(taskId, { block_ms: BLOCK_MS }))
         await broker.confirmed()
@@ -41,10 +37,10 @@ describe.runIf(oncePerBroker())("a blocked event loop on RabbitMQ", () => {
           110_000,
         )
         expect(out.map((m) => m.type)).toEqual(["started", "success"])
-        await waitUntil(
-          () => worker.records().some((r) => r.task_id === taskId && r.outcome !== undefined),
-          10_000,
+        await pollUntil(
           "the decision line",
+          () => worker.records().some((r) => r.task_id === taskId && r.outcome !== undefined),
+          { ms: 10_000 },
         )
         const decisions = worker.records().filter((r) =>
           String(r.msg).startsWith("Delivery settled:")
@@ -62,7 +58,7 @@ describe.runIf(oncePerBroker())("a blocked event loop on RabbitMQ", () => {
         expect(worker.stdout()).not.toContain("was lost")
       } finally {
         worker.child.kill("SIGTERM")
-        await Promise.race([worker.exited, new Promise((r) => setTimeout(r, 30_000))])
+        await Promise.race([worker.exited, sleep(30_000)])
         worker.child.kill("SIGKILL")
         await broker.remove(inQueue, outQueue)
       }

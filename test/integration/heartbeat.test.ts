@@ -9,11 +9,12 @@
 import { createServer, type Server, type Socket } from "node:net"
 import { execFileSync } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Effect, Fiber, Layer, Logger, References, Schema } from "effect"
-import * as AmqpTransport from "../../src/AmqpTransport.ts"
+import { Effect, Logger, Schema } from "effect"
 import * as Settings from "../../src/Settings.ts"
 import * as Worker from "../../src/Worker.ts"
 import { ensureVhosts, type OutMessage, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { serveInProcess } from "./worker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const TIMEOUT = 60_000
 
@@ -130,23 +131,14 @@ const run = (
     brokerUrl: url,
     ...overrides,
   })
-  const fiber = Effect.runFork(
-    Worker.serve(definition).pipe(
-      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provide(Logger.layer([logger])),
-      Effect.provideService(References.MinimumLogLevel, "Info"),
-    ),
-  )
-  const waitFor = async (pattern: RegExp, ms = 20_000) => {
-    const deadline = Date.now() + ms
-    for (;;) {
-      const line = lines.find((l) => pattern.test(l.text))
-      if (line !== undefined) return line
-      if (Date.now() > deadline) throw new Error(`no line ${pattern}: ${lines.map((l) => l.text)}`)
-      await new Promise((resolve) => setTimeout(resolve, 20))
-    }
-  }
-  return { lines, waitFor, stop: () => Effect.runPromise(Fiber.interrupt(fiber)) }
+  const { stop } = serveInProcess(definition, settings, { logger, level: "Info" })
+  const waitFor = (pattern: RegExp, ms = 20_000) =>
+    pollUntil(`a line ${pattern}`, () => lines.find((l) => pattern.test(l.text)), {
+      ms,
+      every: 20,
+      said: () => `: ${lines.map((l) => l.text)}`,
+    })
+  return { lines, waitFor, stop }
 }
 
 describe("heartbeats on RabbitMQ", () => {
@@ -228,7 +220,7 @@ describe("heartbeats on RabbitMQ", () => {
         )
         through.stall()
         await running.waitFor(/was lost \(a publish's confirm was overdue/, 15_000)
-        await new Promise((resolve) => setTimeout(resolve, 12_000 - 10_000))
+        await sleep(12_000 - 10_000)
         through.resume()
         const concluded = () => new Set(out.filter((m) => m.type === "success").map(taskOf))
         out.push(
@@ -246,10 +238,10 @@ describe("heartbeats on RabbitMQ", () => {
         // the broker confirms a quorum queue's publish once it holds it).
         const deadline = Date.now() + 20_000
         while (!through.stalledEnded() && Date.now() < deadline) {
-          await new Promise((resolve) => setTimeout(resolve, 50))
+          await sleep(50)
         }
         expect(through.stalledEnded()).toBe(true)
-        await new Promise((resolve) => setTimeout(resolve, 500))
+        await sleep(500)
         out.push(...await broker.drain(`${name}_queue_out`))
         const terminal = out.filter((m) => m.type === "success" || m.type === "failure")
         const ids = terminal.map((m) => m.messageId)

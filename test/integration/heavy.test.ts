@@ -13,14 +13,13 @@ import {
   platform,
   QUORUM_VHOST,
   rabbitmqctl,
+  terminal,
   uniqueName,
 } from "./broker.ts"
 import { decisions, runWorker } from "./worker.ts"
+import { sleep } from "../support/waits.ts"
 
 const TIMEOUT = 90_000
-
-const terminal = (m: { readonly type: string | undefined }) =>
-  m.type === "success" || m.type === "failure"
 
 describe("heavy tasks on RabbitMQ", () => {
   let broker: Awaited<ReturnType<typeof platform>>
@@ -41,7 +40,7 @@ describe("heavy tasks on RabbitMQ", () => {
       handler: async ({ text }, ctx) => {
         runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
         if (text === "big") return { blob: "b".repeat(20 * 1024 * 1024) }
-        await new Promise((resolve) => setTimeout(resolve, 2000))
+        await sleep(2000)
         return { blob: "small" }
       },
     })
@@ -123,7 +122,7 @@ describe("heavy tasks on RabbitMQ", () => {
       handler: async (_input, ctx) => {
         runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
         if (ctx.taskId === "t-long") {
-          await new Promise((resolve) => setTimeout(resolve, seconds * 1000))
+          await sleep(seconds * 1000)
         }
         return { blob: "done" }
       },

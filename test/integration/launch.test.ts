@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
 import { supportedNode } from "../support/nodes.ts"
 import { baseEnv, checkBuild, denoBinary, ROOT } from "../support/runtimes.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const APP = join(ROOT, "test/fixtures/launch/app.mjs")
 const onDeno = process.versions.deno !== undefined
@@ -32,8 +33,6 @@ const sdk = pathToFileURL(join(ROOT, onDeno ? "src/index.ts" : "dist/index.js"))
  */
 const signal = (child: ChildProcess, name: NodeJS.Signals) => process.kill(child.pid!, name)
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
-
 /** A process whose output is read as it comes, with its events and its exit. */
 const watch = (child: ChildProcess) => {
   let stdout = ""
@@ -47,13 +46,8 @@ const watch = (child: ChildProcess) => {
     )
   const said = () =>
     `--- stdout ---\n${stdout.slice(-4000)}\n--- stderr ---\n${stderr.slice(-2000)}`
-  const waitFor = async (what: string, found: () => boolean, ms = 30_000) => {
-    const deadline = Date.now() + ms
-    while (!found()) {
-      if (Date.now() > deadline) throw new Error(`not ${what} within ${ms} ms:\n${said()}`)
-      await sleep(20)
-    }
-  }
+  const waitFor = (what: string, found: () => boolean, ms = 30_000) =>
+    pollUntil(`the app to ${what}`, found, { ms, every: 20, said: () => `:\n${said()}` })
   /** The exit code, or "late" past `ms`. */
   const exit = (ms: number) => Promise.race([closed, sleep(ms).then(() => "late" as const)])
   return {

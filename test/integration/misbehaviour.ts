@@ -14,7 +14,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, it } from "vitest"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { declaredQueues, ensureVhosts, platform, QUORUM_VHOST, urlFor } from "./broker.ts"
 import {
   baseEnv,
   checkBuild,
@@ -23,6 +23,8 @@ import {
   type Runtime,
   runtimeSpec,
 } from "../support/runtimes.ts"
+import { envelope } from "../support/builders.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const WORKER = join(ROOT, "test/fixtures/misbehaviour/worker.mjs")
 
@@ -139,8 +141,6 @@ interface Session {
   readonly stderr: () => string
 }
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
-
 interface Child {
   readonly child: ChildProcess
   readonly stdout: () => string
@@ -229,9 +229,6 @@ const waitExit = async (child: Child, ms: number): Promise<number | null> => {
 const tailOf = (child: Child) => () =>
   `\n--- stdout ---\n${child.stdout().slice(-6000)}\n--- stderr ---\n${child.stderr().slice(-2000)}`
 
-const envelope = (taskId: string, body: unknown) =>
-  JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } })
-
 const killChild = async (child: Child) => {
   if (!child.running()) return
   child.child.kill("SIGKILL")
@@ -265,18 +262,13 @@ const memorySession = async (runtime: Runtime): Promise<Session> => {
     tail: tailOf(child),
     stderr: child.stderr,
   }
-  await waitUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
+  await sessionUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
   return session
 }
 
 const rabbitSession = async (runtime: Runtime): Promise<Session> => {
   const broker = await platform(QUORUM_VHOST)
-  const name = uniqueName("misbehaviour")
-  const inQueue = `${name}_in`
-  const outQueue = `${name}_out`
-  // Durable with no arguments, as the worker declares them (quorum: the vhost's default type).
-  await broker.declare(inQueue, { durable: true })
-  await broker.declare(outQueue, { durable: true })
+  const { inQueue, outQueue } = await declaredQueues(broker, "misbehaviour")
   const child = spawnWorker(runtime, false, {
     BROKER_URL: urlFor(QUORUM_VHOST),
     IN_QUEUE_NAME: inQueue,
@@ -307,17 +299,7 @@ const rabbitSession = async (runtime: Runtime): Promise<Session> => {
       await poll()
       return code
     },
-    leftover: async () => {
-      // The broker has let go of the worker: no consumer left, then a moment for it to requeue
-      // what a closed channel held unacked.
-      const deadline = Date.now() + 10_000
-      while ((await broker.declare(inQueue, { durable: true })).consumerCount > 0) {
-        if (Date.now() > deadline) throw new Error(`${inQueue} still has a consumer after 10 s`)
-        await sleep(50)
-      }
-      await sleep(500)
-      return await broker.count(inQueue)
-    },
+    leftover: () => broker.leftover(inQueue),
     kill: () => killChild(child),
     cleanup: async () => {
       await broker.remove(inQueue, outQueue)
@@ -326,30 +308,23 @@ const rabbitSession = async (runtime: Runtime): Promise<Session> => {
     tail: tailOf(child),
     stderr: child.stderr,
   }
-  await waitUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
+  await sessionUntil(session, () => STARTED.test(child.stdout()), 30_000, "the worker's start")
   return session
 }
 
-/** Polls `session` until `done` holds, within `ms`; fails naming `what`, with the output. */
-const waitUntil = async (
-  session: Session,
-  done: () => boolean,
-  ms: number,
-  what: string,
-): Promise<void> => {
-  const deadline = Date.now() + ms
-  for (;;) {
+/**
+ * Polls `session` until `done` holds, within `ms`; fails naming `what`, with the output, and at
+ * once if the worker ends.
+ */
+const sessionUntil = (session: Session, done: () => boolean, ms: number, what: string) =>
+  pollUntil(what, async () => {
     await session.poll()
-    if (done()) return
+    if (done()) return true
     if (!session.running()) {
       throw new Error(`the worker ended while waiting for ${what}${session.tail()}`)
     }
-    if (Date.now() > deadline) {
-      throw new Error(`${what}: not within ${ms} ms${session.tail()}`)
-    }
-    await sleep(20)
-  }
-}
+    return false
+  }, { ms, every: 20, said: session.tail })
 
 const ofTask = (session: Session, taskId: string) =>
   session.published().filter((m) => m.taskId === taskId)
@@ -437,7 +412,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           const nextId = `${taskId}--next`
           sent.push({ taskId, kind })
           await s.send(taskId, { kind: kind.kind })
-          await waitUntil(
+          await sessionUntil(
             s,
             () => ofTask(s, taskId).some(isTerminal),
             20_000,
@@ -472,7 +447,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           // The worker keeps consuming: the next task succeeds.
           sent.push({ taskId: nextId, kind: ok })
           await s.send(nextId, { kind: "ok" })
-          await waitUntil(
+          await sessionUntil(
             s,
             () => ofTask(s, nextId).some(isTerminal),
             20_000,
@@ -482,7 +457,7 @@ const modeSuite = (runtime: Runtime, mode: Mode): void => {
           expect(s.running(), `the worker ended${s.tail()}`).toBe(true)
 
           // One terminal message; a `started` and a decision line per delivery.
-          await waitUntil(
+          await sessionUntil(
             s,
             () =>
               decisionsOf(s, taskId).length >= kind.deliveries &&

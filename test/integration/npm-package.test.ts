@@ -40,6 +40,8 @@ import {
 } from "../support/nodes.ts"
 import { checkBuild, ROOT } from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
+import { oneLine, show } from "../support/spawned.ts"
 
 interface PackageJson {
   readonly peerDependencies: Record<string, string>
@@ -67,24 +69,6 @@ const userEnv = (node: string): Record<string, string> => {
   env.HEALTH_CHECK_PORT = "0"
   return env
 }
-
-const show = (result: SpawnSyncReturns<string>) =>
-  `exit ${result.status} (${result.signal ?? "no signal"}${
-    result.error ? `, ${result.error.message}` : ""
-  })\n--- stdout ---\n${result.stdout?.slice(-4000)}\n--- stderr ---\n${
-    result.stderr?.slice(-4000)
-  }`
-
-/** Its only line on standard error, once it has exited 2 having printed nothing else. */
-const oneLine = (result: SpawnSyncReturns<string>): string => {
-  expect(result.status, show(result)).toBe(2)
-  const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
-  expect(lines, show(result)).toHaveLength(1)
-  expect(result.stdout).toBe("")
-  return lines[0]!
-}
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
   const node22 = node22Binary()
@@ -320,17 +304,16 @@ describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
             output.split("\n").filter((line) => line.startsWith("EVENT ")).map((line) =>
               line.slice("EVENT ".length)
             )
-          const waitFor = async <A>(what: string, found: () => A | undefined, ms = 20_000) => {
-            const deadline = Date.now() + ms
-            for (;;) {
+          const said = () => `:\n${output.slice(-4000)}`
+          // Given up at once if the app has exited: what it did not do, it will not.
+          const waitFor = <A>(what: string, found: () => A | undefined, ms = 20_000) =>
+            pollUntil(`the app to ${what}`, () => {
               const value = found()
-              if (value !== undefined) return value
-              if (Date.now() > deadline || app.exitCode !== null) {
-                throw new Error(`the app did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
+              if (value === undefined && app.exitCode !== null) {
+                throw new Error(`the app exited before it could ${what}${said()}`)
               }
-              await sleep(20)
-            }
-          }
+              return value
+            }, { ms, every: 20, said })
           try {
             const port = await waitFor(
               "listen",
@@ -436,17 +419,12 @@ describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
       npx.stdout.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
       npx.stderr.setEncoding("utf8").on("data", (chunk: string) => void (output += chunk))
       const npxExited = new Promise<void>((resolve) => npx.once("exit", () => resolve()))
-      const waitFor = async <A>(what: string, found: () => A | undefined, ms: number) => {
-        const deadline = Date.now() + ms
-        for (;;) {
-          const value = found()
-          if (value !== undefined) return value
-          if (Date.now() > deadline) {
-            throw new Error(`the worker did not ${what} within ${ms} ms:\n${output.slice(-4000)}`)
-          }
-          await sleep(20)
-        }
-      }
+      const waitFor = <A>(what: string, found: () => A | undefined, ms: number) =>
+        pollUntil(`the worker to ${what}`, found, {
+          ms,
+          every: 20,
+          said: () => `:\n${output.slice(-4000)}`,
+        })
       const seen = (text: string) => () => (output.includes(text) ? true : undefined)
       let worker = 0
       try {

@@ -5,7 +5,6 @@
  * each task's story read back from the logs by its id, and every line scanned for the password
  * and for a payload marker.
  */
-import { execFileSync } from "node:child_process"
 import net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Fiber, Logger, References, Schema } from "effect"
@@ -16,14 +15,12 @@ import * as Worker from "../../src/Worker.ts"
 import { FatalError, RetryableError } from "../../src/WorkerError.ts"
 import * as WorkerLogger from "../../src/WorkerLogger.ts"
 import { parse, value } from "../support/prometheus.ts"
-import { ensureVhosts, platform, QUORUM_VHOST, uniqueName } from "./broker.ts"
+import { ensureVhosts, platform, QUORUM_VHOST, rabbitmqctl, uniqueName } from "./broker.ts"
+import { pollUntil } from "../support/waits.ts"
 
 const USER = "async-task-worker-observability"
 const PASSWORD = "pw-Zq8-never-logged"
 const MARKER = "payload-marker-7f3a"
-
-const rabbitmqctl = (...args: ReadonlyArray<string>): string =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8", timeout: 60_000 })
 
 /** A TCP proxy to the broker that the test can cut, as if the broker had stopped. */
 const makeProxy = async () => {
@@ -95,20 +92,6 @@ const get = async (port: number, path: string) => {
   return { status: response.status, text: await response.text() }
 }
 
-const until = async <A>(
-  what: string,
-  f: () => A | undefined | Promise<A | undefined>,
-  ms = 20_000,
-): Promise<A> => {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    const result = await f()
-    if (result !== undefined) return result
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  throw new Error(`Gave up waiting until ${what}`)
-}
-
 describe("observability on RabbitMQ", () => {
   // Each rabbitmqctl call starts an Erlang VM: seconds apiece on a busy machine, more under Deno.
   beforeAll(() => {
@@ -164,11 +147,13 @@ describe("observability on RabbitMQ", () => {
       )
       try {
         const records = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>)
-        const port = await until("the probe server listens", () => {
+        const port = await pollUntil("the probe server listens", () => {
           const line = records().find((r) => String(r.msg).startsWith("Probes on "))
           return line === undefined ? undefined : Number(/:(\d+) /.exec(String(line.msg))![1])
+        }, { ms: 20_000 })
+        await pollUntil("ready", async () => (await get(port, "/ready")).status === 200, {
+          ms: 20_000,
         })
-        await until("ready", async () => (await get(port, "/ready")).status === 200 || undefined)
         const before = parse((await get(port, "/metrics")).text)
         // Before any task, the SDK's series are there, at zero, as a scraper expects them.
         for (const status of ["success", "failure", "retry", "poison", "shutdown_requeued"]) {
@@ -215,18 +200,19 @@ describe("observability on RabbitMQ", () => {
 
         // The broker goes away: not ready, still healthy; it comes back: ready again.
         proxy.cut()
-        const down = await until("/ready fails", async () => {
+        const down = await pollUntil("/ready fails", async () => {
           const r = await get(port, "/ready")
           return r.status === 503 ? JSON.parse(r.text) : undefined
-        })
+        }, { ms: 20_000 })
         expect(down.error.code).toBe("DEPENDENCIES_NOT_READY")
         expect(down.error.components.broker.status).toBe("error")
         expect(down.error.components.draining).toEqual({ status: "ok" })
         expect((await get(port, "/health")).status).toBe(200)
         proxy.restore()
-        await until(
+        await pollUntil(
           "ready again",
-          async () => (await get(port, "/ready")).status === 200 || undefined,
+          async () => (await get(port, "/ready")).status === 200,
+          { ms: 20_000 },
         )
 
         const after = parse((await get(port, "/metrics")).text)
@@ -262,25 +248,24 @@ describe("observability on RabbitMQ", () => {
         // Shutdown with a task that outlives the grace: draining is not ready, the task requeued.
         await client.publish(inQueue, client.envelope("t-slow", { mode: "slow", marker: MARKER }))
         await client.confirmed()
-        await until(
+        await pollUntil(
           "t-slow runs",
-          () =>
-            records().some((r) => r.task_id === "t-slow" && r.msg === "handling the task") ||
-            undefined,
+          () => records().some((r) => r.task_id === "t-slow" && r.msg === "handling the task"),
+          { ms: 20_000 },
         )
         Effect.runSync(proc.signal("SIGTERM"))
-        const draining = await until("/ready says draining", async () => {
+        const draining = await pollUntil("/ready says draining", async () => {
           const r = await get(port, "/ready")
           return r.status === 503 ? JSON.parse(r.text) : undefined
-        })
+        }, { ms: 20_000 })
         expect(draining.error.components.draining.status).toBe("error")
         expect(await Effect.runPromise(Fiber.join(fiber))).toBe(0)
         // The broker may count the requeued message a moment after the worker has gone.
         expect(
-          await until(
+          await pollUntil(
             "t-slow is requeued",
             async () => (await client.count(inQueue)) || undefined,
-            5_000,
+            { ms: 5_000 },
           ),
         ).toBe(1)
         // The server is gone with the process's life: the same registry, read in this process.

@@ -5,12 +5,13 @@
  * Deno's own `NotCapable` for the first alone, with its broad flag; and exits 2. Narrow flags
  * that grant enough start it.
  */
-import { spawnSync, type SpawnSyncReturns } from "node:child_process"
+import { spawnSync } from "node:child_process"
 import process from "node:process"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { describe, expect, it } from "vitest"
 import { denoBinary, ROOT } from "../support/runtimes.ts"
+import { oneLine, show } from "../support/spawned.ts"
 
 const MODULE = "./examples/count-words.ts"
 
@@ -46,20 +47,6 @@ const cli = (
       timeout: 60_000,
     },
   )
-
-const show = (result: SpawnSyncReturns<string>) =>
-  `exit ${result.status} (${result.signal ?? "no signal"})\n--- stdout ---\n${
-    result.stdout.slice(-3000)
-  }\n--- stderr ---\n${result.stderr.slice(-3000)}`
-
-/** Its only line, on standard error, once it has exited 2 having printed nothing else. */
-const oneLine = (result: SpawnSyncReturns<string>): string => {
-  expect(result.status, show(result)).toBe(2)
-  const lines = result.stderr.split("\n").filter((line) => line.trim() !== "")
-  expect(lines, show(result)).toHaveLength(1)
-  expect(result.stdout, show(result)).toBe("")
-  return lines[0]!
-}
 
 describe("a Deno worker without its permissions", () => {
   it(

@@ -9,15 +9,10 @@ import { spawn } from "node:child_process"
 import { createServer } from "node:net"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { QUORUM_VHOST, urlFor } from "./broker.ts"
-import {
-  declaredQueues,
-  oncePerBroker,
-  platformForSuite,
-  spawnCliWorker,
-  waitUntil,
-} from "./cliWorker.ts"
+import { declaredQueues, QUORUM_VHOST, urlFor } from "./broker.ts"
+import { oncePerBroker, platformForSuite, spawnCliWorker } from "./cliWorker.ts"
 import { baseEnv, denoBinary, ROOT } from "../support/runtimes.ts"
+import { pollUntil, sleep } from "../support/waits.ts"
 
 const WORKER = join(ROOT, "test/fixtures/threads/worker.mjs")
 const BURN_MS = 8_000
@@ -33,8 +28,6 @@ const freePort = () =>
       server.close(() => resolve(port))
     })
   })
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Polls `/health` every 250 ms until `stop` says so: each answer's status and time. */
 const pollHealth = async (port: number, stop: () => boolean) => {
@@ -64,7 +57,7 @@ describe.runIf(oncePerBroker())("threaded handlers on RabbitMQ", () => {
         WORKER_SHUTDOWN_GRACE_S: "2",
       })
       try {
-        await waitUntil(() => STARTED.test(worker.stdout()), 30_000, "the worker's start")
+        await pollUntil("the worker's start", () => STARTED.test(worker.stdout()), { ms: 30_000 })
         for (const id of ["t-a", "t-b"]) {
           broker.publish(inQueue, broker.envelope(`${name}-${id}`, { ms: BURN_MS }))
         }

@@ -5,10 +5,10 @@
  */
 import { Effect, Layer } from "effect"
 import * as MemoryBroker from "../../src/MemoryBroker.ts"
-import type { WireMessage } from "../../src/Protocol.ts"
 import * as Settings from "../../src/Settings.ts"
 import type { Transport } from "../../src/Transport.ts"
 import type * as Worker from "../../src/Worker.ts"
+import { wireOf } from "./builders.ts"
 
 export const memoryEnvironment = (
   worker: Worker.Any,
@@ -27,8 +27,6 @@ export const memoryEnvironment = (
     ),
   )
 
-const decoder = new TextDecoder()
-
 /** The message types published on `outQueue` for `taskId`, in order. */
 export const publishedTypes = (
   broker: MemoryBroker.MemoryBroker["Service"],
@@ -37,6 +35,6 @@ export const publishedTypes = (
 ): Effect.Effect<Array<string>> =>
   Effect.map(broker.published(outQueue), (messages) =>
     messages
-      .map((m) => JSON.parse(decoder.decode(m.body)) as WireMessage)
+      .map((m) => wireOf(m.body))
       .filter((m) => m.task_id === taskId)
       .map((m) => m.data.message_type))

@@ -8,24 +8,48 @@ import process from "node:process"
 import { fileURLToPath } from "node:url"
 import * as Probes from "../../src/Probes.ts"
 import * as Worker from "../../src/Worker.ts"
+import { sleep } from "./waits.ts"
 
 export const HOST = "127.0.0.1"
 
-export const start = (options: Partial<Probes.ProbeServerOptions> = {}) =>
-  Probes.make({
-    host: HOST,
-    port: 0,
-    health: Effect.succeedNone,
-    readiness: [],
-    probeTimeout: Duration.seconds(3),
-    metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
-    versionFile: "/nonexistent/version.json",
-    sdkVersion: "9.9.9",
-    ...options,
-  })
+/** The probe routes' options: healthy, nothing to check for readiness, `options` winning. */
+export const routeOptions = (
+  options: Partial<Probes.ProbeRoutesOptions> = {},
+): Probes.ProbeRoutesOptions => ({
+  health: Effect.succeedNone,
+  readiness: [],
+  probeTimeout: Duration.seconds(3),
+  metrics: Effect.succeed("# TYPE up gauge\nup 1\n"),
+  versionFile: "/nonexistent/version.json",
+  sdkVersion: "9.9.9",
+  ...options,
+})
 
-export const sleepReal = (millis: number) =>
-  Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, millis)))
+/** A probe server with `routeOptions` on an ephemeral port of `HOST`, `options` winning. */
+export const start = (options: Partial<Probes.ProbeServerOptions> = {}) =>
+  Probes.make({ host: HOST, port: 0, ...routeOptions(options) })
+
+/** A probe's answer, its body parsed when it is JSON. */
+export interface Reply {
+  readonly status: number
+  readonly headers: Headers
+  readonly text: string
+  readonly body: any
+}
+
+/** The `Reply` that `response` makes. */
+export const reply = async (response: Response): Promise<Reply> => {
+  const text = await response.text()
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  return { status: response.status, headers: response.headers, text, body }
+}
+
+export const sleepReal = (millis: number) => Effect.promise(() => sleep(millis))
 
 /** Polls `check` in real time, every 10 ms, for at most `millis`. */
 export const waitForReal = (check: () => boolean, millis: number, what: string) =>

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { Current } from "../../../src/internal/amqp/current.ts"
+import { settle } from "../../support/logs.ts"
 
 /** Lets forked fibers reach their wait. */
-const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 
 describe("Current", () => {
   it.effect("holds nothing at first; get waits for the value set, then answers at once", () =>
@@ -11,7 +11,7 @@ describe("Current", () => {
       const current = new Current<string>()
       expect(current.now).toBeUndefined()
       const waiting = yield* Effect.forkChild(current.get)
-      yield* settle
+      yield* settle()
       expect(waiting.pollUnsafe()).toBeUndefined()
       current.set("first")
       expect(yield* Fiber.join(waiting)).toBe("first")
@@ -26,7 +26,7 @@ describe("Current", () => {
       current.clear()
       expect(current.now).toBeUndefined()
       const waiting = yield* Effect.forkChild(current.get)
-      yield* settle
+      yield* settle()
       current.set("second")
       expect(yield* Fiber.join(waiting)).toBe("second")
     }))
@@ -35,7 +35,7 @@ describe("Current", () => {
     Effect.gen(function* () {
       const current = new Current<string>()
       const waiting = yield* Effect.forkChild(current.get)
-      yield* settle
+      yield* settle()
       const waiters = () => (current as unknown as { waiting: Set<unknown> }).waiting.size
       expect(waiters()).toBe(1)
       yield* Fiber.interrupt(waiting)

@@ -233,7 +233,7 @@ describe("Session", () => {
       ])
       const node = urls[1]!.replace("u:p@", "u:***@").replace("?heartbeat=10", "")
       expect(logs.lines.map((l) => `${l.level} ${l.message}`)).toContain(
-        `INFO Connected to the broker at ${node}`,
+        `Info Connected to the broker at ${node}`,
       )
     }))
 
@@ -249,10 +249,10 @@ describe("Session", () => {
       yield* eventually(() => current.now?.publisher === second.publisher)
       const messages = logs.lines.map((l) => `${l.level} ${l.message}`)
       expect(messages).toContain(
-        "WARN The broker connection to amqp://u:***@node-a/v was lost (Heartbeat timeout): reconnecting",
+        "Warn The broker connection to amqp://u:***@node-a/v was lost (Heartbeat timeout): reconnecting",
       )
       expect(messages).toContain(
-        "INFO Connected to the broker again, at amqp://u:***@node-a/v, 0.0 s after the loss",
+        "Info Connected to the broker again, at amqp://u:***@node-a/v, 0.0 s after the loss",
       )
       expect(messages.join("\n")).not.toContain("secret")
     }))
@@ -278,9 +278,9 @@ describe("Session", () => {
       yield* eventually(() => current.now?.publisher === second.publisher)
       const messages = logs.lines.map((l) => `${l.level} ${l.message}`)
       expect(messages).toEqual(expect.arrayContaining([
-        "WARN The broker at amqp://fake blocks publishing, a resource alarm (low on memory): publishes wait until it ends",
-        "INFO The broker at amqp://fake takes publishes again: its resource alarm ended",
-        "WARN The broker connection to amqp://fake was lost (a publish's confirm was overdue, so the connection was given up): reconnecting",
+        "Warn The broker at amqp://fake blocks publishing, a resource alarm (low on memory): publishes wait until it ends",
+        "Info The broker at amqp://fake takes publishes again: its resource alarm ended",
+        "Warn The broker connection to amqp://fake was lost (a publish's confirm was overdue, so the connection was given up): reconnecting",
       ]))
     }))
 
@@ -318,8 +318,8 @@ describe("Session", () => {
       connection.lose(new Error("Heartbeat timeout"))
       yield* eventually(() => status() === "disconnected")
       expect(logs.lines.map((l) => `${l.level} ${l.message}`)).toEqual(expect.arrayContaining([
-        "WARN No byte from the broker at amqp://fake for 2 s: a heartbeat is overdue",
-        "INFO The broker at amqp://fake is heard from again",
+        "Warn No byte from the broker at amqp://fake for 2 s: a heartbeat is overdue",
+        "Info The broker at amqp://fake is heard from again",
       ]))
     }))
 

@@ -7,10 +7,10 @@ import { describe, expect, it } from "vitest"
 import { battery, type Case } from "../../../src/internal/conformance/battery.ts"
 import { read, type Reading } from "../../../src/internal/conformance/reading.ts"
 import { judge, type Observed } from "../../../src/internal/conformance/rules.ts"
+import { utf8 } from "../../support/builders.ts"
 
 const cases = battery("t", { deliveryLimit: 3, maxMessageBytes: 100, progressIntervalMs: 1000 })
 const named = (name: string) => cases.find((c) => c.name === name)!
-const utf8 = (text: string) => new TextEncoder().encode(text)
 
 const message = (
   taskId: string,

@@ -3,6 +3,7 @@ import { Cause, Effect, Logger, References, Schema } from "effect"
 import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/conclude.ts"
 import * as WorkerHarness from "../../../src/testing.ts"
 import * as Worker from "../../../src/Worker.ts"
+import { textOf } from "../../support/builders.ts"
 
 const define = (
   handler: Worker.Handler<{ readonly text: string }, { readonly words: number }, never>,
@@ -45,8 +46,6 @@ const failuresOf = (cause: Cause.Cause<unknown>) =>
   cause.reasons.filter(Cause.isFailReason).map((reason) => reason.error)
 
 const SECRET = "connection to db://admin:hunter2@db failed"
-const decoder = new TextDecoder()
-
 describe("deliver: an unexpected handler failure", () => {
   it.effect("is logged as an ERROR line carrying the handler's whole Cause; the platform gets the fixed sentence", () => {
     const { lines, layer } = capture()
@@ -57,7 +56,7 @@ describe("deliver: an unexpected handler failure", () => {
       const run = yield* harness.submit({ text: "x" }, { taskId: "t-die" })
       run.assertFailed({ code: "INTERNAL_ERROR" })
       expect(run.error!.message).toBe(INTERNAL_MESSAGE)
-      for (const raw of run.raw) expect(decoder.decode(raw)).not.toContain("hunter2")
+      for (const raw of run.raw) expect(textOf(raw)).not.toContain("hunter2")
       const errors = lines.filter((l) => l.level === "Error")
       expect(errors).toHaveLength(1)
       const [line] = errors

@@ -5,35 +5,19 @@
  * level, clock, metric registry), which the handler's context must not replace.
  */
 import { describe, expect, it } from "@effect/vitest"
-import {
-  Clock,
-  Context,
-  Effect,
-  Fiber,
-  Logger,
-  Metric,
-  Option,
-  References,
-  Scope,
-  Tracer,
-} from "effect"
+import { Clock, Context, Effect, Fiber, Metric, Option, References, Scope, Tracer } from "effect"
 import type { DeliveryFiber } from "../../../src/internal/delivery/context.ts"
 import { deliveryBase, enterDelivery } from "../../../src/internal/delivery/fiberContext.ts"
+import { captureLogs, type LogLine } from "../../support/logs.ts"
 
 class Database extends Context.Service<Database, { readonly name: string }>()("test/Database") {}
-
-interface Line {
-  readonly level: string
-  readonly message: string
-  readonly annotations: Readonly<Record<string, unknown>>
-}
 
 /**
  * What a handler sees: its log lines (a debug one too), its services, its scope, its span, and
  * the fiber's clock and metric registry. `Database` and the scope are in the fiber's context by
  * the shortcut under test, which the compiler cannot see.
  */
-const observe = (lines: Array<Line>) =>
+const observe = (lines: ReadonlyArray<LogLine>) =>
   Effect.gen(function* () {
     const start = lines.length
     yield* Effect.logInfo("inside the handler")
@@ -47,28 +31,13 @@ const observe = (lines: Array<Line>) =>
       registry: yield* Metric.MetricRegistry,
     }
   }) as unknown as Effect.Effect<{
-    readonly lines: ReadonlyArray<Line>
+    readonly lines: ReadonlyArray<LogLine>
     readonly database: string
     readonly scope: Scope.Scope
     readonly span: Option.Option<string>
     readonly clock: Clock.Clock
     readonly registry: unknown
   }>
-
-/** A logger keeping every line, with the annotations the fiber gives it. */
-const capture = () => {
-  const lines: Array<Line> = []
-  const layer = Logger.layer([
-    Logger.make(({ fiber, logLevel, message }) => {
-      lines.push({
-        level: logLevel,
-        message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-        annotations: fiber.getRef(References.CurrentLogAnnotations),
-      })
-    }),
-  ])
-  return { lines, layer }
-}
 
 const annotationsOf = (taskId: string) => ({ service: "svc", task_id: taskId, attempt: 1 })
 
@@ -88,7 +57,7 @@ interface Delivery {
  * fiber made once, with the engine's handler context); what the last one sees.
  */
 const viaShortcut = (
-  lines: Array<Line>,
+  lines: ReadonlyArray<LogLine>,
   handlerContext: Context.Context<Database>,
   deliveries: ReadonlyArray<Delivery>,
 ) =>
@@ -104,7 +73,7 @@ const viaShortcut = (
 
 /** What the Effect way gives: the same values provided around the handler. */
 const viaProvide = (
-  lines: Array<Line>,
+  lines: ReadonlyArray<LogLine>,
   handlerContext: Context.Context<Database>,
   d: Delivery,
 ) =>
@@ -117,7 +86,7 @@ const viaProvide = (
 
 describe("enterDelivery", () => {
   it.effect("gives what Effect.provideService, provideContext and annotateLogs give, and keeps the fiber's loggers, log level, clock and registry", () => {
-    const { layer, lines } = capture()
+    const { layer, lines } = captureLogs()
     return Effect.gen(function* () {
       const scope = Scope.makeUnsafe()
       const delivery = { taskId: "t-1", scope, span: spanOf("00f067aa0ba902b7") }
@@ -146,7 +115,7 @@ describe("enterDelivery", () => {
   })
 
   it.effect("the next delivery's values replace the last's on the same fiber", () => {
-    const { layer, lines } = capture()
+    const { layer, lines } = captureLogs()
     return Effect.gen(function* () {
       const handlerContext = handlerContextOf("db-1")
       const first = { taskId: "t-1", scope: Scope.makeUnsafe(), span: spanOf("00f067aa0ba902b7") }
@@ -161,7 +130,7 @@ describe("enterDelivery", () => {
   })
 
   it.effect("the fiber's own references win over those the handler's context caught when the engine was made", () => {
-    const { layer, lines } = capture()
+    const { layer, lines } = captureLogs()
     return Effect.gen(function* () {
       const own = yield* Clock.Clock
       const caught: Clock.Clock = { ...own, currentTimeMillisUnsafe: () => 0 }

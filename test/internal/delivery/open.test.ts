@@ -6,18 +6,18 @@ import { describe, expect, it } from "@effect/vitest"
 import { Schema } from "effect"
 import { attemptOf, countWarning, open } from "../../../src/internal/delivery/open.ts"
 import { Redeliveries } from "../../../src/Transport.ts"
+import { utf8 } from "../../support/builders.ts"
 
 const Input = Schema.Struct({ text: Schema.String })
 const decodeInput = Schema.decodeUnknownResult(Input)
 const settings = { maxMessageBytes: 1024, deliveryLimit: 5 }
-const encoder = new TextEncoder()
-const bytes = (value: unknown) => encoder.encode(JSON.stringify(value))
+const bytes = (value: unknown) => utf8(JSON.stringify(value))
 const first = Redeliveries.Counted({ count: 0 })
 const deliveryId = "d0000001"
 
 describe("open", () => {
   it("poison is acked with its reason and no task", () => {
-    const opening = open(encoder.encode("not json"), first, settings, decodeInput, deliveryId)
+    const opening = open(utf8("not json"), first, settings, decodeInput, deliveryId)
     expect(opening).toEqual({
       _tag: "Settle",
       task: undefined,

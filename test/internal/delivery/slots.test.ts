@@ -1,8 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { Slots } from "../../../src/internal/delivery/slots.ts"
-
-const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
+import { settle } from "../../support/logs.ts"
 
 describe("Slots", () => {
   it.effect("takes free slots at once, and a wait ends when one is released", () =>
@@ -12,7 +11,7 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(true)
       expect(slots.tryTake()).toBe(false)
       const waiting = yield* Effect.forkChild(slots.awaitFree())
-      yield* settle
+      yield* settle()
       expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release()
       yield* Fiber.join(waiting)
@@ -27,7 +26,7 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(false)
       slots.release()
       const waiting = yield* Effect.forkChild(slots.awaitFree())
-      yield* settle
+      yield* settle()
       expect(waiting.pollUnsafe()).not.toBeUndefined()
     }))
 
@@ -38,7 +37,7 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(true)
       const waiting = yield* Effect.forkChild(slots.awaitFree(2))
       slots.release()
-      yield* settle
+      yield* settle()
       expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release(2)
       yield* Fiber.join(waiting)
@@ -54,7 +53,7 @@ describe("Slots", () => {
       const waiting = yield* Effect.forkChild(slots.awaitFree())
       slots.release()
       slots.release()
-      yield* settle
+      yield* settle()
       expect(waiting.pollUnsafe()).toBeUndefined()
       slots.release()
       yield* Fiber.join(waiting)
@@ -66,10 +65,10 @@ describe("Slots", () => {
       const slots = new Slots(0)
       const first = yield* Effect.forkChild(slots.awaitFree())
       const second = yield* Effect.forkChild(slots.awaitFree())
-      yield* settle
+      yield* settle()
       expect([first.pollUnsafe(), second.pollUnsafe()]).toEqual([undefined, undefined])
       slots.resize(2)
-      yield* settle
+      yield* settle()
       // Both woken by the growth alone: nothing was released.
       expect([first.pollUnsafe(), second.pollUnsafe()].map((exit) => exit?._tag)).toEqual([
         "Success",
@@ -83,7 +82,7 @@ describe("Slots", () => {
       expect(slots.tryTake()).toBe(true)
       const gone = yield* Effect.forkChild(slots.awaitFree())
       const next = yield* Effect.forkChild(slots.awaitFree())
-      yield* settle
+      yield* settle()
       slots.release()
       gone.interruptUnsafe(gone.id)
       yield* Fiber.await(gone)

@@ -2,10 +2,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect } from "effect"
 import { TestClock } from "effect/testing"
 import * as Timers from "../../../src/internal/delivery/timers.ts"
+import { settle } from "../../support/logs.ts"
 
-const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
 /** Moves the clock, then lets the timers' fiber run. */
-const advance = (duration: Duration.Input) => Effect.andThen(TestClock.adjust(duration), settle)
+const advance = (duration: Duration.Input) => Effect.andThen(TestClock.adjust(duration), settle())
 
 describe("Timers", () => {
   it.effect("runs an action when its delay has passed, not before", () =>
@@ -13,7 +13,7 @@ describe("Timers", () => {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       timers.after(1000, Effect.sync(() => fired.push("a")))
-      yield* settle
+      yield* settle()
       yield* advance("999 millis")
       expect(fired).toEqual([])
       yield* advance("1 millis")
@@ -36,11 +36,11 @@ describe("Timers", () => {
       const timers = yield* Timers.make
       const fired: Array<string> = []
       timers.after(30_000, Effect.sync(() => fired.push("30s")))
-      yield* settle
+      yield* settle()
       timers.after(5_000, Effect.sync(() => fired.push("5s")))
       yield* TestClock.adjust("1 second")
       timers.after(1_000, Effect.sync(() => fired.push("1s+1s")))
-      yield* settle
+      yield* settle()
       yield* advance("1 second")
       expect(fired).toEqual(["1s+1s"])
       yield* advance("3 seconds")
@@ -56,7 +56,7 @@ describe("Timers", () => {
       timers.after(10, Effect.sync(() => fired.push(1)))
       yield* advance("1 minute")
       timers.after(10, Effect.sync(() => fired.push(2)))
-      yield* settle
+      yield* settle()
       yield* advance("10 millis")
       expect(fired).toEqual([1, 2])
     }))
@@ -69,7 +69,7 @@ describe("Timers", () => {
       timers.after(1000, Effect.sync(() => fired.push("cancelled"))).cancel()
       timers.after(1500, Effect.sync(() => fired.push("later")))
       timers.after(500, Effect.sync(() => fired.push("sooner")))
-      yield* settle
+      yield* settle()
       yield* advance("499 millis")
       expect(fired).toEqual([])
       yield* advance("1 millis")
@@ -90,7 +90,7 @@ describe("Timers", () => {
       for (const delay of [20_000, 3_000, 11_000, 1_000]) {
         timers.after(delay, Effect.sync(() => fired.push(delay)))
       }
-      yield* settle
+      yield* settle()
       yield* advance("10 seconds")
       expect(fired).toEqual([1_000, 3_000])
       yield* advance("10 seconds")
@@ -107,7 +107,7 @@ describe("Timers", () => {
       timers.after(100, () => void fired.push("same due"))
       timers.after(200, () => void fired.push("later"))
       timers.after(300, Effect.sync(() => fired.push("an effect")))
-      yield* settle
+      yield* settle()
       yield* advance("100 millis")
       expect(fired).toEqual(["same due"])
       yield* advance("200 millis")

@@ -14,7 +14,7 @@ const launched = <E>(app: Layer.Layer<never, E>) =>
       Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: {} })),
       Effect.provide(logs.layer),
     )
-    const errors = logs.lines.filter((l) => l.level === "ERROR").map((l) => l.message)
+    const errors = logs.lines.filter((l) => l.level === "Error").map((l) => l.message)
     return { code, err: yield* proc.err, errors }
   }).pipe(Effect.scoped)
 

@@ -1,12 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option } from "effect"
 import { Inbox } from "../../../src/internal/transport/inbox.ts"
-
-const settle = Effect.repeat(Effect.yieldNow, { times: 20 })
+import { settle } from "../../support/logs.ts"
 
 /** A take forked and left to reach its wait. */
 const waitingTake = <A, E>(take: Effect.Effect<A, E>) =>
-  Effect.tap(Effect.forkChild(take), () => settle)
+  Effect.tap(Effect.forkChild(take), () => settle())
 
 describe("Inbox", () => {
   it.effect("gives kept items in order, then makes a take wait for the next offer", () =>
