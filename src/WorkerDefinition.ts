@@ -261,6 +261,44 @@ const withErrors = <A, O, R, E>(
   }
 }
 
+/** What is wrong with a definition's concurrency and weight, if anything. */
+const sizingProblem = (
+  worker: string,
+  policy: Concurrency.Policy | undefined,
+  weight: number,
+): string | undefined => {
+  if (
+    typeof policy !== "object" && policy !== undefined &&
+    (!Number.isInteger(policy) || policy < 1 || policy > 2 ** 31 - 1)
+  ) {
+    return `The worker "${worker}" has a concurrency that is not a positive integer.`
+  }
+  if (
+    !Number.isInteger(weight) || weight < 1 ||
+    (typeof policy === "object" && policy._tag === "Pool" && weight > policy.capacity)
+  ) {
+    return `The worker "${worker}" has a weight that is not a positive integer within its pool's capacity.`
+  }
+  return undefined
+}
+
+/** What is wrong with a definition's readiness probes, if anything: their names, or a probe. */
+const readinessProblem = (
+  worker: string,
+  readiness: Readonly<Record<string, unknown>>,
+): string | undefined => {
+  for (const [name, probe] of Object.entries(readiness)) {
+    if (!PROBE_NAME_PATTERN.test(name) || RESERVED_PROBE_NAMES.includes(name)) {
+      return `The worker "${worker}" has a readiness probe named "${name}": use letters, digits, ` +
+        "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself."
+    }
+    if (!Hooks.isHook(probe)) {
+      return `The worker "${worker}" has a readiness probe "${name}" that is not an Effect or a function.`
+    }
+  }
+  return undefined
+}
+
 /**
  * Checks a definition, returning the worker or why it cannot run.
  *
@@ -296,21 +334,9 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
       )
     }
     const policy = d.concurrency
-    if (
-      typeof policy !== "object" && policy !== undefined &&
-      (!Number.isInteger(policy) || policy < 1 || policy > 2 ** 31 - 1)
-    ) {
-      return problem(`The worker "${d.name}" has a concurrency that is not a positive integer.`)
-    }
     const weight = d.weight ?? 1
-    if (
-      !Number.isInteger(weight) || weight < 1 ||
-      (typeof policy === "object" && policy._tag === "Pool" && weight > policy.capacity)
-    ) {
-      return problem(
-        `The worker "${d.name}" has a weight that is not a positive integer within its pool's capacity.`,
-      )
-    }
+    const sizing = sizingProblem(d.name, policy, weight)
+    if (sizing !== undefined) return problem(sizing)
     if (d.onIdle !== undefined && !Hooks.isHook(d.onIdle)) {
       return problem(`The worker "${d.name}" has an onIdle that is not an Effect or a function.`)
     }
@@ -324,19 +350,8 @@ export const validate = <A, I, O, R, E = unknown, RL = never, RIn = never>(
       }
     }
     const readiness = d.readiness ?? {}
-    for (const [name, probe] of Object.entries(readiness)) {
-      if (!PROBE_NAME_PATTERN.test(name) || RESERVED_PROBE_NAMES.includes(name)) {
-        return problem(
-          `The worker "${d.name}" has a readiness probe named "${name}": use letters, digits, ` +
-            "'.', '_' or '-', and neither \"broker\" nor \"draining\", which the SDK reports itself.",
-        )
-      }
-      if (!Hooks.isHook(probe)) {
-        return problem(
-          `The worker "${d.name}" has a readiness probe "${name}" that is not an Effect or a function.`,
-        )
-      }
-    }
+    const probes = readinessProblem(d.name, readiness)
+    if (probes !== undefined) return problem(probes)
     const retryOn = ruleList(d.retryOn)
     if (retryOn === undefined) {
       return problem(
