@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Schema } from "effect"
 import type * as Settings from "../../src/Settings.ts"
+import { logFields } from "../../src/TaskContext.ts"
 import * as Worker from "../../src/Worker.ts"
 import {
   ensureVhosts,
@@ -112,8 +113,16 @@ describe("heavy tasks on RabbitMQ", () => {
     TIMEOUT,
   )
 
-  /** `t-long` works `seconds`; the others answer at once. */
-  const long = (name: string, seconds: number, runs: Map<string, number>) =>
+  /**
+   * `t-long` works `seconds`; the others answer at once. What a library logging after the long
+   * wait would find (`TaskContext.logFields`), and the time its deadline had left, go to `after`.
+   */
+  const long = (
+    name: string,
+    seconds: number,
+    runs: Map<string, number>,
+    after: Map<string, { fields: object; left: number }> = new Map(),
+  ) =>
     Worker.make({
       name,
       input: Schema.Struct({ text: Schema.String }),
@@ -124,6 +133,7 @@ describe("heavy tasks on RabbitMQ", () => {
         if (ctx.taskId === "t-long") {
           await sleep(seconds * 1000)
         }
+        after.set(ctx.taskId, { fields: logFields(), left: ctx.deadline - Date.now() })
         return { blob: "done" }
       },
     })
@@ -134,7 +144,8 @@ describe("heavy tasks on RabbitMQ", () => {
    */
   const longTask = async (name: string, seconds: number) => {
     const runs = new Map<string, number>()
-    const worker = runWorker(long(name, seconds, runs), QUORUM_VHOST, {
+    const after = new Map<string, { fields: object; left: number }>()
+    const worker = runWorker(long(name, seconds, runs, after), QUORUM_VHOST, {
       consumerTimeout: "120 seconds",
     })
     try {
@@ -151,6 +162,10 @@ describe("heavy tasks on RabbitMQ", () => {
         ["t-after", "success"],
       ])
       expect(Object.fromEntries(runs)).toEqual({ "t-long": 1, "t-after": 1 })
+      // After its long wait the task still finds its own fields, and its deadline moved on.
+      expect(after.get("t-long")!.fields).toEqual({ task_id: "t-long", service: name, attempt: 1 })
+      expect(after.get("t-long")!.left).toBeLessThanOrEqual((30 - seconds) * 1000)
+      expect(after.get("t-long")!.left).toBeGreaterThan(0)
       const lines = decisions(worker.logs)
       expect(lines).toHaveLength(2)
       for (const line of lines) {
@@ -162,6 +177,14 @@ describe("heavy tasks on RabbitMQ", () => {
       await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
     }
   }
+
+  it(
+    "an 8 s task on either broker: concluded once, its log fields found after its long wait, its deadline counted down",
+    async () => {
+      await longTask(uniqueName("long"), 8)
+    },
+    TIMEOUT,
+  )
 
   it.runIf(isRabbitMQ4())(
     "a queue whose consumer-timeout policy (3 s) is shorter than its 8 s task: the worker asks its own lease, the task succeeds once, the next one after it",
