@@ -8,8 +8,8 @@
  */
 import { Effect, Metric } from "effect"
 import { ConcurrencyError } from "./WorkerError.ts"
-import { LatencyLimit } from "./internal/delivery/latency.ts"
-import { Slots } from "./internal/delivery/slots.ts"
+import { LatencyLimit } from "./internal/concurrency/latency.ts"
+import { Slots } from "./internal/concurrency/slots.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 
 const MAX = 2 ** 31 - 1
@@ -59,7 +59,7 @@ export const DEFAULT_TOLERANCE = 0.1
  * row (default: the current target) the target grows by one. `by: "latency"`: the target grows
  * by one while the handler's latency, averaged over rounds of tasks, holds within `tolerance`
  * (default {@link DEFAULT_TOLERANCE}) of its best recent round, and falls in proportion to the
- * excess when a queue shows (see `internal/delivery/latency.ts`): no error needed. Either way,
+ * excess when a queue shows (see `internal/concurrency/latency.ts`): no error needed. Either way,
  * a task that ends with `RetryableError({ congestion: true })` (or a time out, with
  * `decreaseOnTimeout`) multiplies it by `decrease` (default {@link DEFAULT_DECREASE}). Never
  * below `min` nor above `max`; running tasks are never cancelled.

@@ -30,8 +30,7 @@ import * as Concurrency from "./Concurrency.ts"
 import { EventLoop } from "./EventLoop.ts"
 import { EngineClosing, type EngineContext } from "./internal/delivery/context.ts"
 import { tasksInHand } from "./internal/delivery/deliver.ts"
-import { DeliveryHandle, make as makeHandle } from "./internal/delivery/handle.ts"
-import * as Fibers from "./internal/delivery/fibers.ts"
+import * as Take from "./internal/delivery/take.ts"
 import { makeTracing } from "./internal/delivery/tracing.ts"
 import { backoff as backoffOf } from "./internal/delivery/settle.ts"
 import { OutputGate } from "./internal/delivery/outputGate.ts"
@@ -160,13 +159,13 @@ const makeContext = <A, I, O, R>(worker: Worker<A, I, O, R>) =>
 export const make = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
 ): Effect.Effect<
-  Context.Context<DeliveryEngine | DeliveryHandle>,
+  Context.Context<DeliveryEngine | Take.DeliveryHandle>,
   never,
   Scope.Scope | Settings | Transport | ProgressThrottle | LeaseRenewal | R
 > =>
   Effect.gen(function* () {
     const ctx = yield* makeContext(worker)
-    const fibers = yield* Fibers.make(ctx)
+    const fibers = yield* Take.make(ctx)
     yield* ctx.loop.watchTasks(() => tasksInHand(ctx.state.inHand))
     ctx.limiter.onChange((target) => Effect.andThen(ctx.transport.setCapacity(target), fibers.grow))
     const engine = DeliveryEngine.of({
@@ -177,7 +176,9 @@ export const make = <A, I, O, R>(
       concurrency: Effect.sync(() => ctx.limiter.target()),
       interruptAll: fibers.interruptAll,
     })
-    return Context.make(DeliveryEngine, engine).pipe(Context.add(DeliveryHandle, makeHandle(ctx)))
+    return Context.make(DeliveryEngine, engine).pipe(
+      Context.add(Take.DeliveryHandle, Take.makeHandle(ctx)),
+    )
   })
 
 /**
@@ -190,7 +191,7 @@ export const make = <A, I, O, R>(
 export const layer = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
 ): Layer.Layer<
-  DeliveryEngine | DeliveryHandle,
+  DeliveryEngine | Take.DeliveryHandle,
   never,
   Settings | Transport | ProgressThrottle | LeaseRenewal | R
 > => Layer.effectContext(make(worker))

@@ -8,7 +8,7 @@
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Random, Result } from "effect"
 import { encodeUtf8, utf8Exceeds } from "./internal/codec/utf8.ts"
-import { deliveryIdOf, messageIdOf } from "./internal/delivery/plan.ts"
+import { deliveryIdOf, messageIdOf } from "./internal/delivery/decide.ts"
 import { encodeMessageText } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"

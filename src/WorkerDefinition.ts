@@ -7,7 +7,7 @@
  */
 import { Cause, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
-import { kindOf } from "./internal/delivery/handlerResult.ts"
+import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
 import { specOf, type ThreadSpec } from "./internal/thread/spec.ts"
 import type { TaskContext } from "./TaskContext.ts"

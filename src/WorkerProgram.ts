@@ -23,7 +23,7 @@ import {
 import type * as Concurrency from "./Concurrency.ts"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"
-import type { DeliveryHandle } from "./internal/delivery/handle.ts"
+import type { DeliveryHandle } from "./internal/delivery/take.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
 import * as LeaseRenewal from "./LeaseRenewal.ts"
 import * as ProgressThrottle from "./ProgressThrottle.ts"

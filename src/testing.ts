@@ -19,7 +19,7 @@ import {
   Schema,
   Scope,
 } from "effect"
-import { DeliveryHandle } from "./internal/delivery/handle.ts"
+import { DeliveryHandle } from "./internal/delivery/take.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import { decodeEnvelope, type MessageType, type WireMessage } from "./Protocol.ts"
 import * as Settings from "./Settings.ts"

@@ -5,7 +5,7 @@
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
 import type { LeaseExpiries } from "./expiries.ts"
-import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema } from "effect"
+import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema, Scope } from "effect"
 import type { Limiter } from "../../Concurrency.ts"
 import type { EventLoopWatch } from "../../EventLoop.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"
@@ -16,7 +16,7 @@ import type { Delivery, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
 import type { MissingServiceError } from "../../WorkerError.ts"
 import type { OutputGate } from "./outputGate.ts"
-import type { TaskRef } from "./plan.ts"
+import type { TaskRef } from "./decide.ts"
 import type { Timers } from "./timers.ts"
 import type { DeliveryTrace, Tracing } from "./tracing.ts"
 
@@ -39,8 +39,9 @@ export interface DeliveryFiber {
 }
 
 /**
- * One delivery in hand, as every step of it sees it: made once per delivery (`deliver.ts`), and
- * filled in as the steps learn its task and take, then give back, a slot.
+ * One delivery in hand, as every step of it sees it: its one record, made once per delivery
+ * (`deliver.ts`), and filled in as the steps learn its task, give it a scope, and take, then give
+ * back, a slot.
  */
 export interface InHand {
   readonly delivery: Delivery
@@ -51,6 +52,8 @@ export interface InHand {
   readonly trace: DeliveryTrace | undefined
   /** The task the message names, once it is opened. */
   task: TaskRef | undefined
+  /** The task's own scope, while it runs: its handler's resources and its progress channel. */
+  scope: Scope.Closeable | undefined
   /** The limiter's ticket of the slot it holds, while it holds one. */
   ticket: number | undefined
   /** How the handler ended, and how long it ran (ms), for the adaptive policy. */

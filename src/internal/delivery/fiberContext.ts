@@ -9,8 +9,8 @@
  * steps), where the delivery's values need only hold until the fiber's next delivery. The result
  * is pinned to what they give by `test/internal/delivery/fiberContext.test.ts`.
  */
-import { Context, type Fiber, References, Scope, Tracer } from "effect"
-import type { DeliveryFiber } from "./context.ts"
+import { Cause, Context, Effect, Exit, type Fiber, References, Scope, Tracer } from "effect"
+import type { DeliveryFiber, Restore } from "./context.ts"
 
 /**
  * What the deliveries of a fiber that starts with `context` start from: that context, with
@@ -43,3 +43,23 @@ export const enterDelivery = (
 /** Makes `span` the parent of what the fiber, the one running this call, traces from now on. */
 export const enterSpan = (fiber: Fiber.Fiber<unknown, unknown>, span: Tracer.AnySpan): void =>
   fiber.setContext(Context.add(fiber.context, Tracer.ParentSpan, span))
+
+/**
+ * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
+ * the caller of `handle`), at any time until now: the engine stops a handler by interrupting the
+ * fiber as itself, and a handler that interrupts itself (`Effect.interrupt`) leaves the fiber
+ * uninterrupted. Effect 4 keeps a fiber's interruptions to itself, but an interrupted fiber stays
+ * interrupted and `restore` raises every interruption it got, with who sent it; an interruption
+ * without a sender (`interruptUnsafe()`) is from outside too.
+ */
+export const interruptedFromOutside = (
+  df: DeliveryFiber,
+  restore: Restore,
+): Effect.Effect<boolean> =>
+  Effect.map(Effect.exit(restore(Effect.void)), (exit) => {
+    if (Exit.isSuccess(exit)) return false
+    const self = df.fiber.id
+    return exit.cause.reasons.some((reason) =>
+      Cause.isInterruptReason(reason) && reason.fiberId !== self
+    )
+  })

@@ -6,16 +6,14 @@
  */
 import { Cause, Effect, Exit, References, Scope } from "effect"
 import type { TaskProgress } from "../../ProgressThrottle.ts"
-import type { Envelope } from "../../Protocol.ts"
 import * as TaskContext from "../../TaskContext.ts"
 import type { Lease } from "../../Transport.ts"
 import { type TaskAnnotations, taskStore } from "../taskStore.ts"
 import type { LeaseLost } from "../../WorkerError.ts"
-import { classify, type Verdict } from "./conclude.ts"
-import type { DeliveryFiber, EngineContext, InHand, Restore, Steps } from "./context.ts"
-import { enterSpan } from "./fiberContext.ts"
-import { kindOf } from "./handlerResult.ts"
-import type { Task } from "./plan.ts"
+import { kindOf } from "../handlerResult.ts"
+import type { DeliveryFiber, EngineContext, InHand, Steps } from "./context.ts"
+import { classify, type Start, type Task, type Verdict } from "./decide.ts"
+import { enterSpan, interruptedFromOutside } from "./fiberContext.ts"
 
 /** What a handler call gave: its work as an Effect, and an `async` handler's Promise. */
 interface Invoked<R> {
@@ -69,26 +67,6 @@ const enterTaskStore = (annotations: TaskAnnotations): void => taskStore.enterWi
 const leaveTaskStore = (): void => taskStore.enterWith(undefined as unknown as TaskAnnotations)
 
 /**
- * Whether something other than the engine itself interrupted the delivery's fiber (a shutdown,
- * the caller of `handle`), at any time until now: the engine stops a handler by interrupting the
- * fiber as itself, and a handler that interrupts itself (`Effect.interrupt`) leaves the fiber
- * uninterrupted. Effect 4 keeps a fiber's interruptions to itself, but an interrupted fiber stays
- * interrupted and `restore` raises every interruption it got, with who sent it; an interruption
- * without a sender (`interruptUnsafe()`) is from outside too.
- */
-export const interruptedFromOutside = (
-  df: DeliveryFiber,
-  restore: Restore,
-): Effect.Effect<boolean> =>
-  Effect.map(Effect.exit(restore(Effect.void)), (exit) => {
-    if (Exit.isSuccess(exit)) return false
-    const self = df.fiber.id
-    return exit.cause.reasons.some((reason) =>
-      Cause.isInterruptReason(reason) && reason.fiberId !== self
-    )
-  })
-
-/**
  * Interrupts the delivery's fiber as itself, from the fiber's own scheduler rather than here and
  * now: as Effect 3's `interruptAsFork` did, so that a transport telling of a lost lease, or the
  * timers' fiber firing a time limit, does not run the rest of the delivery inside its own call.
@@ -135,12 +113,10 @@ const progressOf = <A, O, R>(
 export function* runHandler<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
-  task: Task,
-  envelope: Envelope,
-  input: A,
-  taskScope: Scope.Closeable,
+  { envelope, input, task }: Start<A>,
 ): Steps<Verdict> {
   const { df, restore, trace } = it
+  const taskScope = it.scope!
   const lease = it.delivery.lease
   const startedAt = ctx.clock.currentTimeMillisUnsafe()
   const { abort, context } = TaskContext.make(

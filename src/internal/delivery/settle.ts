@@ -1,19 +1,268 @@
 /**
- * Where every delivery is settled: a terminal message published and confirmed, **then** acked;
- * or requeued; or, its lease lost, left to the broker. The terminal message is held through the
- * output's refusals (`publish.ts`); a requeue that did not come from the handler waits its
- * attempt's backoff first, so that a fault that lasts cannot spin.
+ * Where every delivery is settled, and what it publishes: `started` (step 4,
+ * {@link publishStarted}); then, as its {@link Plan} says ({@link settle}), its terminal message
+ * published and confirmed, **then** the ack (step 6); or a requeue, after its backoff where it
+ * waits one; or, its lease lost, nothing: the broker has it back (step 7 requeues a terminal
+ * message the output did not take). A message is held through the output's refusals: a refused
+ * publish closes the output gate and is tried again after a backoff, while the lease holds and
+ * the lease's time allows ({@link publishHeld}). Every wait of a delivery keeps its lease and
+ * watches it ({@link hold}).
  */
-import { Cause, Duration, Effect, Option, Random } from "effect"
+import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
 import type * as Decision from "../../Decision.ts"
+import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
+import type { Lease, PublishOptions } from "../../Transport.ts"
 import type { LeaseLost, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
 import type { EngineContext, InHand, Steps } from "./context.ts"
-import { outputTooLarge } from "./conclude.ts"
-import { backoffMillis, fenced, type Plan, returnedAs } from "./plan.ts"
-import { hold, logBroken, publishHeld } from "./publish.ts"
+import {
+  backoffMillis,
+  fenced,
+  messageIdOf,
+  type Note,
+  outputTooLarge,
+  type Plan,
+  PUBLISH_BACKOFF,
+  requeue,
+  returnedAs,
+  type Task,
+  waitsBackoff,
+} from "./decide.ts"
+import { interruptedFromOutside } from "./fiberContext.ts"
+import type { Timer } from "./timers.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Holding a delivery, and publishing for it
+
+/**
+ * What holding a delivery for a while came to: the time elapsed, the lease lost, or the engine
+ * closing (or, interruptibly, a shutdown).
+ */
+type Waited = "elapsed" | "lost" | "closing"
+
+/**
+ * What a publish held through the output's refusals came to: confirmed, the lease lost, the
+ * lease's time used up (`expired`), the engine closing, a message larger than the broker takes
+ * (`too_large`: refused again whenever tried), or a defect of the transport.
+ */
+export type Publication =
+  | "published"
+  | Exclude<Waited, "elapsed">
+  | "expired"
+  | "too_large"
+  | Cause.Cause<unknown>
+
+/**
+ * Waits `delayMillis` without being interruptible (a stopped delivery's fiber stays
+ * interrupted), while keeping the lease: ends early when the lease is lost, when the engine
+ * closes and, with `untilOpen`, when the output gate opens.
+ */
+const holdFor = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  lease: Lease,
+  delayMillis: number,
+  untilOpen: boolean,
+): Effect.Effect<Waited> =>
+  Effect.callback<Waited>((resume) => {
+    let pending = true
+    let timer: Timer | undefined = undefined
+    let stopLease = () => {}
+    let stopGate = () => {}
+    let stopClosing = () => {}
+    const finish = (why: Waited) => {
+      if (!pending) return
+      pending = false
+      timer?.cancel()
+      stopLease()
+      stopGate()
+      stopClosing()
+      resume(Effect.succeed(why))
+    }
+    stopClosing = ctx.closing.onClose(() => finish("closing"))
+    if (!pending) return
+    timer = ctx.timers.after(delayMillis, () => finish("elapsed"))
+    stopLease = ctx.renewal.holdUnsafe(lease, () => finish("lost"))
+    if (!pending) return
+    // Only a refusing gate wakes the wait when it opens: an open one would end it at once, and a
+    // publish lost with its connection would be tried again without a pause.
+    if (untilOpen && ctx.gate.refusing) stopGate = ctx.gate.onOpen(() => finish("elapsed"))
+    return Effect.sync(() => finish("closing"))
+  })
+
+/**
+ * {@link holdFor}, interruptible (a shutdown ends it) unless the engine itself stopped the
+ * delivery's fiber: then only the engine's closing, or an interruption from outside seen once
+ * the wait ends, does.
+ */
+const hold = <A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  delayMillis: number,
+  untilOpen: boolean,
+): Effect.Effect<Waited> => {
+  const { df, restore } = it
+  const wait = holdFor(ctx, it.delivery.lease, delayMillis, untilOpen)
+  if (df.stopped) {
+    return Effect.flatMap(
+      wait,
+      (why) =>
+        why === "elapsed"
+          ? Effect.map(
+            interruptedFromOutside(df, restore),
+            (outside) => (outside ? "closing" : why),
+          )
+          : Effect.succeed(why),
+    )
+  }
+  return Effect.map(
+    Effect.exit(restore(wait)),
+    (exit) => (Exit.isSuccess(exit) ? exit.value : "closing"),
+  )
+}
+
+/**
+ * A message to publish for the delivery, and how long it may be held for it; the options the
+ * transport takes itself (its id, a traced delivery's `traceparent` header), so that a publish
+ * makes no object of its own.
+ */
+export interface Outgoing extends PublishOptions {
+  readonly body: Uint8Array
+  readonly type: MessageType
+  /** Its id: the same for each copy (`messageIdOf`). */
+  readonly messageId: string
+  /** When the retries of a refused publish stop: the lease's time, less what must follow. */
+  readonly deadline: number
+  /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
+  readonly interruptible: boolean
+}
+
+/**
+ * Publishes `out`, holding the delivery through refusals: a refused publish closes the output
+ * gate and is retried after a capped, jittered backoff (at once when another publish is
+ * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
+ * publish waits before it tries: intake pauses rather than each new task knocking. Every try of
+ * a traced publish carries the same `traceparent` (`out.headers`).
+ */
+function* publishTries<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  out: Outgoing,
+): Steps<Publication> {
+  let tries = !ctx.gate.refusing
+  for (let waits = 1;; waits++) {
+    if (tries) {
+      if (it.delivery.lease.isLost()) return "lost"
+      const publish = ctx.transport.publish(out.body, out.type, out)
+      const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
+      if (Exit.isSuccess(published)) {
+        const opened = ctx.gate.accepted()
+        if (opened !== undefined) yield* opened
+        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type), it.df.fiber.context)
+        return "published"
+      }
+      const refusal = Cause.findErrorOption(published.cause)
+      if (Option.isNone(refusal) || Cause.hasDies(published.cause)) {
+        return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
+      }
+      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type), it.df.fiber.context)
+      if (refusal.value.reason === "too_large") return "too_large"
+      // A publish lost with its connection is retried on the next one; only the broker's own
+      // refusals close the gate.
+      if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
+    }
+    tries = true
+    const r = yield* Random.next
+    const waited = yield* hold(
+      ctx,
+      it,
+      Math.round(backoffMillis(PUBLISH_BACKOFF, waits, undefined, r).millis),
+      true,
+    )
+    if (waited !== "elapsed") return waited
+    if (ctx.clock.currentTimeMillisUnsafe() >= out.deadline) return "expired"
+  }
+}
+
+/** {@link publishTries}, in a span of its own when the delivery is traced. */
+export function* publishHeld<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  out: Outgoing,
+): Steps<Publication> {
+  if (it.trace === undefined) return yield* publishTries(ctx, it, out)
+  const traced = it.trace.publish(out.type, it.task?.taskId)
+  const headers = traced.options?.headers
+  const published = yield* publishTries(ctx, it, headers === undefined ? out : { ...out, headers })
+  it.trace.endPublish(traced, published)
+  return published
+}
+
+/**
+ * Step 4: `started`, confirmed, unless the lease is already gone; `undefined` when the task may
+ * run. The handler must still fit in the lease once `started` is out.
+ */
+export function* publishStarted<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  task: Task,
+): Steps<Plan | undefined> {
+  if (it.delivery.lease.isLost()) return fenced(task, "lease_lost")
+  const started = encodeMessageText({
+    type: "started",
+    task_id: task.taskId,
+    hostname: ctx.settings.hostname,
+  })
+  const published = yield* publishHeld(ctx, it, {
+    body: encodeUtf8(Result.getOrThrow(started)),
+    type: "started",
+    messageId: messageIdOf(task, "started"),
+    deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
+    interruptible: true,
+  })
+  switch (published) {
+    case "published":
+      return undefined
+    case "lost":
+      return fenced(task, "lease_lost")
+    case "expired":
+    case "too_large":
+      return requeue(task, "publish_failed", { reason: "started" })
+    case "closing":
+      return requeue(task, "shutdown_requeued")
+    default:
+      yield* logBroken(published)
+      return requeue(task, "engine_error")
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settling
+
+/** The ERROR line of a delivery the engine broke on, with its cause. */
+export const logBroken = (cause: Cause.Cause<unknown>) =>
+  Effect.logError("The delivery engine failed; the message is requeued", cause)
+
+/**
+ * The note's line, with the handler's Cause when it has one, so that the app's Logger gets its
+ * message and stack (the platform gets a fixed sentence only).
+ */
+const noteLine = (note: Note, withCause: boolean): Effect.Effect<void> => {
+  const log = note.level === "warning" ? Effect.logWarning : Effect.logError
+  const line = withCause && note.cause !== undefined
+    ? log(note.message, note.cause)
+    : log(note.message)
+  return note.error === undefined ? line : Effect.annotateLogs(line, { error: note.error })
+}
+
+/** Logs the note; without its Cause when a logger cannot render it (a hostile value thrown). */
+function* logNote(note: Note): Steps<void> {
+  const logged = yield* Effect.exit(noteLine(note, true))
+  if (Exit.isFailure(logged) && note.cause !== undefined) {
+    yield* Effect.exit(noteLine(note, false))
+  }
+}
 
 /** The backoff before the requeue of `attempt` (see `backoffMillis`), warning of an own delay ignored. */
 export const backoff = (
@@ -34,6 +283,7 @@ export const backoff = (
       )
       : Effect.succeed(duration)
   })
+
 /** A settlement the broker refused: counted, and said in the decision's reason. */
 const settleFailed = (
   it: InHand,
@@ -82,6 +332,7 @@ export function* settle<A, O, R>(
   it: InHand,
   plan: Plan,
 ): Steps<Decision.Decision> {
+  if (plan.note !== undefined) yield* logNote(plan.note)
   const delivery = it.delivery
   switch (plan._tag) {
     case "Fenced":
@@ -89,7 +340,7 @@ export function* settle<A, O, R>(
     case "Ack":
       return yield* ackDelivery(it, plan.decision)
     case "Requeue":
-      return yield* requeueSettled(ctx, it, plan.decision)
+      return yield* requeueSettled(ctx, it, plan.decision, plan.delay)
     case "Conclude": {
       if (delivery.lease.isLost()) return leaseLost(it)
       const published = yield* publishHeld(ctx, it, {
@@ -134,23 +385,30 @@ export function* settle<A, O, R>(
  */
 const leaseLost = (it: InHand): Decision.Decision => fenced(it.task, "lease_lost").decision
 
+/**
+ * Gives the message back to the queue as `decision` says, after its attempt's backoff where it
+ * waits one (a retry's own `delay` if valid): a requeue that did not come from the handler waits
+ * too, so that a fault that lasts cannot spin. The backoff keeps the lease and watches it: a
+ * lease lost meanwhile ends it at once (the broker has the message back).
+ */
 function* requeueSettled<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
   decision: Decision.Decision,
+  delay?: unknown,
 ): Steps<Decision.Decision> {
-  const delivery = it.delivery
-  const outcome = decision.outcome
-  // A service missing stops the worker: that requeue cannot spin, and waits for nothing.
-  if (
-    outcome === "publish_failed" ||
-    (outcome === "engine_error" && decision.reason !== "missing_service")
-  ) {
-    const delay = yield* backoff(ctx.settings, it.task?.attempt ?? 1, undefined)
-    yield* hold(ctx, it, Duration.toMillis(delay), false)
+  if (waitsBackoff(decision)) {
+    const millis = Duration.toMillis(yield* backoff(ctx.settings, it.task?.attempt ?? 1, delay))
+    const waited = yield* hold(ctx, it, millis, false)
+    // A shutdown cuts a retry's backoff short: still the retry of an attempt that failed,
+    // rejected so that every broker counts it.
+    if (waited === "closing" && decision.outcome === "retry") {
+      decision = { ...decision, reason: "shutdown" }
+    }
   }
-  if (delivery.lease.isLost()) return leaseLost(it)
+  if (it.delivery.lease.isLost()) return leaseLost(it)
   const context = it.df.fiber.context
+  const outcome = decision.outcome
   if (outcome === "retry") WorkerMetrics.count(WorkerMetrics.taskRetries, context)
   if (outcome === "shutdown_requeued") WorkerMetrics.count(WorkerMetrics.shutdownRequeued, context)
   return yield* requeueDelivery(it, decision)

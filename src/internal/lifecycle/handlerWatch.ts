@@ -5,7 +5,7 @@
  */
 import { type Clock, Duration, Effect, Option } from "effect"
 import type { Worker } from "../../WorkerDefinition.ts"
-import { kindOf } from "../delivery/handlerResult.ts"
+import { kindOf } from "../handlerResult.ts"
 
 /** A handler call still running. */
 export interface HandlerCall {

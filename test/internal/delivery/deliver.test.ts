@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Logger, References, Schema } from "effect"
-import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/conclude.ts"
+import { INTERNAL_MESSAGE } from "../../../src/internal/delivery/decide.ts"
 import * as WorkerHarness from "../../../src/testing.ts"
 import * as Worker from "../../../src/Worker.ts"
 import { textOf } from "../../support/builders.ts"

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { Slots } from "../../../src/internal/delivery/slots.ts"
+import { Slots } from "../../../src/internal/concurrency/slots.ts"
 import { settle } from "../../support/logs.ts"
 
 describe("Slots", () => {

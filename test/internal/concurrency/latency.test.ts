@@ -4,7 +4,7 @@ import {
   HOLD_ROUNDS,
   LatencyLimit,
   MIN_ROUND,
-} from "../../../src/internal/delivery/latency.ts"
+} from "../../../src/internal/concurrency/latency.ts"
 
 /** Feeds a round of `millis` latencies at `target`; the target the round calls for. */
 const round = (limit: LatencyLimit, target: number, millis: number, busy = true) => {

@@ -1,16 +1,23 @@
 /**
- * The engine's fibers: long-lived fibers, each taking deliveries from the transport
- * and carrying each one's whole life (`deliver.ts`) until intake stops. They grow in number as
- * deliveries come, up to the limiter's target, rather than one fiber per slot of a target that
- * may be 2^31 − 1; a fiber whose handler the engine stopped is replaced, and one above a lowered
- * target retires once its delivery is settled.
+ * Where deliveries are taken, the first step of each: by the engine's fibers, long-lived, each
+ * taking deliveries from the transport and carrying each one's whole life (`deliver.ts`) until
+ * intake stops; or one at a time, handed in, on a fiber of its own ({@link DeliveryHandle}: how
+ * the test harness runs each submission, taking each message itself). The fibers grow in number
+ * as deliveries come, up to the limiter's target, rather than one fiber per slot of a target
+ * that may be 2^31 − 1; a fiber whose handler the engine stopped is replaced, and one above a
+ * lowered target retires once its delivery is settled.
  */
 import type { Scope } from "effect"
-import { Cause, Deferred, Effect, FiberSet, Option } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberSet, Option, References } from "effect"
+import type * as Decision from "../../Decision.ts"
+import type { Delivery } from "../../Transport.ts"
 import type { MissingServiceError, TransportError } from "../../WorkerError.ts"
 import type { DeliveryFiber, EngineContext } from "./context.ts"
 import { deliver } from "./deliver.ts"
 import { deliveryBase } from "./fiberContext.ts"
+
+// ---------------------------------------------------------------------------------------------
+// The engine's fibers
 
 /** The engine's fibers, running. */
 export interface Fibers {
@@ -117,3 +124,65 @@ export const make = <A, O, R>(
       grow,
     }
   })
+
+// ---------------------------------------------------------------------------------------------
+// One delivery handed in
+
+interface DeliveryHandleShape {
+  readonly handle: (delivery: Delivery) => Effect.Effect<Decision.Decision>
+}
+
+const DeliveryHandleService: Context.ServiceClass<
+  DeliveryHandle,
+  "@async-task/worker/internal/DeliveryHandle",
+  DeliveryHandleShape
+> = Context.Service<DeliveryHandle, DeliveryHandleShape>()(
+  "@async-task/worker/internal/DeliveryHandle",
+)
+
+/**
+ * Runs one delivery to its settlement; never fails.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class DeliveryHandle extends DeliveryHandleService {}
+
+/** The handle of the engine `ctx`. */
+export const makeHandle = <A, O, R>(ctx: EngineContext<A, O, R>): DeliveryHandle["Service"] => ({
+  handle: (delivery) =>
+    Effect.gen(function* () {
+      const decided = yield* Deferred.make<Decision.Decision>()
+      // A stopped handler leaves its fiber interrupted: the decision is kept as it is made, and
+      // returned then. Detached, so that returning does not wait for the fiber, which may still
+      // hold its slot for a runaway handler; interrupting the caller interrupts it.
+      const fiber = yield* Effect.forkDetach(
+        Effect.uninterruptibleMask((restore) =>
+          Effect.withFiber<Decision.Decision>((fiber) =>
+            Effect.gen(() =>
+              deliver(
+                ctx,
+                delivery,
+                {
+                  fiber,
+                  base: deliveryBase(fiber.context, ctx.handlerContext),
+                  stopped: false,
+                },
+                restore,
+                (d) => Deferred.doneUnsafe(decided, Effect.succeed(d)),
+              )
+            )
+          )
+        ).pipe(Effect.provideService(References.CurrentLogAnnotations, ctx.baseAnnotations)),
+      )
+      return yield* Effect.raceFirst(
+        Deferred.await(decided),
+        Effect.flatMap(Fiber.await(fiber), (exit) =>
+          Exit.isSuccess(exit)
+            ? Effect.succeed(exit.value)
+            : Effect.orDie(Effect.failCause(exit.cause))),
+      ).pipe(Effect.onInterrupt(() =>
+        Fiber.interrupt(fiber)
+      ))
+    }),
+})
