@@ -3,11 +3,10 @@
  * takes every one through its life, exactly as the spec numbers it — decode, attempt, delivery
  * limit, `started`, the handler under its time limit with throttled progress and a kept lease,
  * then the conclusion (terminal message confirmed, **then** ack) or a requeue — to exactly one
- * {@link Decision}. The work is in `internal/delivery/`, along a delivery's path: where it is
- * opened (`open.ts`: decoded, its attempt, its input), run (`run.ts`), concluded (`conclude.ts`)
- * and settled (`settle.ts`), the plan they come to (`plan.ts`), a delivery's whole life
- * (`deliver.ts`), its fibers (`fibers.ts`) and, under the app's tracer, its spans (`tracing.ts`);
- * `docs/architecture.md` follows a delivery through them.
+ * {@link Decision}. The work is in `internal/delivery/`, one file a stage of a delivery's path:
+ * taken (`take.ts`), carried through its life (`deliver.ts`), decided (`decide.ts`: opened, its
+ * verdict, its plan), run (`run.ts`) and settled (`settle.ts`); `docs/architecture.md` follows a
+ * delivery through them.
  *
  * @since 0.1.0
  */

@@ -2,7 +2,8 @@
  * No import circle among the sources (issue 31): every edge counts, `import type` and
  * `export … from` too, as a type-only circle still ties the modules' declarations together. And
  * no file under `src/internal/` imports a public module that imports it, even through others: a
- * type lives where its code lives, and the public module re-exports it.
+ * type lives where its code lives, and the public module re-exports it. And the stages of a
+ * delivery's path (issue 38) import downward only: none imports a sibling stage sideways.
  */
 import { readdirSync, readFileSync } from "node:fs"
 import { dirname, join, relative, resolve } from "node:path"
@@ -92,6 +93,41 @@ const importedBack = (graph: Map<string, ReadonlyArray<string>>): Array<string> 
       : []
   )
 
+/** The stages of a delivery's path, each with the stages it may import: downward only. */
+const STAGES: Readonly<Record<string, ReadonlyArray<string>>> = {
+  "take.ts": ["deliver.ts"],
+  "deliver.ts": ["decide.ts", "run.ts", "settle.ts"],
+  "run.ts": ["decide.ts"],
+  "settle.ts": ["decide.ts"],
+  "decide.ts": [],
+}
+
+/** What every stage may use, beside them; of the stages, they may import the pure one only. */
+const SUPPORT: ReadonlyArray<string> = [
+  "context.ts",
+  "fiberContext.ts",
+  "timers.ts",
+  "tracing.ts",
+  "outputGate.ts",
+  "expiries.ts",
+]
+
+/**
+ * `from → to` for each import of a stage by a module of `folder` that the rules above do not
+ * allow, and `unplaced: m` for a module of the folder that is neither a stage nor beside them.
+ */
+const sideways = (graph: Map<string, ReadonlyArray<string>>, folder: string): Array<string> =>
+  [...graph].flatMap(([module, imported]) => {
+    if (!module.startsWith(folder)) return []
+    const name = module.slice(folder.length)
+    const allowed = STAGES[name] ?? (SUPPORT.includes(name) ? ["decide.ts"] : undefined)
+    if (allowed === undefined) return [`unplaced: ${name}`]
+    return imported.filter((next) => next.startsWith(folder))
+      .map((next) => next.slice(folder.length))
+      .filter((next) => next in STAGES && !allowed.includes(next))
+      .map((next) => `${name} → ${next}`)
+  })
+
 describe("the sources' imports", () => {
   const graph = importsOf(join(ROOT, "src"))
 
@@ -109,6 +145,21 @@ describe("the sources' imports", () => {
       module === "Conformance.ts" || module.startsWith("internal/conformance/")
     expect([...reachedFrom(graph, "Conformance.ts")].some(kit)).toBe(true)
     expect([...reachedFrom(graph, "index.ts")].filter(kit)).toEqual([])
+  })
+
+  it("lead from a stage of a delivery's path to the stages after it only, never sideways", () => {
+    expect(sideways(graph, "internal/delivery/")).toEqual([])
+    // The rule bites: publishing importing the handler's run, as it once did, is sideways.
+    const before = new Map(graph)
+    before.set("internal/delivery/settle.ts", [
+      ...graph.get("internal/delivery/settle.ts")!,
+      "internal/delivery/run.ts",
+    ])
+    before.set("internal/delivery/handle.ts", [])
+    expect(sideways(before, "internal/delivery/")).toEqual([
+      "settle.ts → run.ts",
+      "unplaced: handle.ts",
+    ])
   })
 
   it("catch a circle through a type-only import", () => {
