@@ -387,7 +387,7 @@ const isTagged = (u: unknown, tag: string): u is { readonly _tag: string } =>
   typeof u === "object" && u !== null && (u as { _tag?: unknown })._tag === tag
 
 // What Effect dies with when an Effect asks for a service its context lacks (its `Context`
-// module's own error, pinned by test/internal/delivery/conclude.test.ts).
+// module's own error, pinned by test/internal/delivery/decide.test.ts).
 const SERVICE_NOT_FOUND = /^Service not found: (.+)$/
 
 /** The service a defect of `cause` says is missing, if any. */
