@@ -90,7 +90,15 @@ export interface Adaptive {
 export interface Pool {
   readonly _tag: "Pool"
   readonly capacity: number
-  readonly slots: Slots
+}
+
+/** Each pool's slots, kept out of its type (they are the engine's): made on first use. */
+const poolSlots = new WeakMap<Pool, Slots>()
+
+const slotsOf = (pool: Pool): Slots => {
+  let slots = poolSlots.get(pool)
+  if (slots === undefined) poolSlots.set(pool, slots = new Slots(pool.capacity))
+  return slots
 }
 
 /**
@@ -157,11 +165,7 @@ export const pool = (options: { readonly capacity: number }): Pool => {
   if (!Number.isInteger(options.capacity) || options.capacity < 1 || options.capacity > MAX) {
     throw new ConcurrencyError({ value: options.capacity })
   }
-  return {
-    _tag: "Pool",
-    capacity: options.capacity,
-    slots: new Slots(options.capacity),
-  }
+  return { _tag: "Pool", capacity: options.capacity }
 }
 
 /**
@@ -224,7 +228,9 @@ export const makeLimiter = (
     const adaptivePolicy = typeof policy === "object" && policy._tag === "Adaptive"
       ? policy
       : undefined
-    const pooled = typeof policy === "object" && policy._tag === "Pool" ? policy : undefined
+    const pooled = typeof policy === "object" && policy._tag === "Pool"
+      ? slotsOf(policy)
+      : undefined
     const clamp = (n: number) =>
       adaptivePolicy === undefined
         ? n
@@ -291,7 +297,7 @@ export const makeLimiter = (
     const giveBack = (ticket: number, ended: HandlerEnd, millis?: number) => {
       // Busy: using half its target or more, this task included (the latency policy's question).
       const busy = latency !== undefined && 2 * (target - own.free) >= target
-      pooled?.slots.release(weight)
+      pooled?.release(weight)
       own.release()
       return feedback(ticket, ended, millis, busy)
     }
@@ -300,7 +306,7 @@ export const makeLimiter = (
       target: () => target,
       tryAcquire: () => {
         if (!own.tryTake()) return undefined
-        if (pooled !== undefined && !pooled.slots.tryTake(weight)) {
+        if (pooled !== undefined && !pooled.tryTake(weight)) {
           own.release()
           return undefined
         }
@@ -311,7 +317,7 @@ export const makeLimiter = (
           ? own.awaitFree()
           : pooled === undefined
           ? Effect.void
-          : pooled.slots.awaitFree(weight)
+          : pooled.awaitFree(weight)
       ),
       release: giveBack,
       // 0 pauses an adaptive worker too; any other target keeps within its bounds.

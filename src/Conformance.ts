@@ -12,7 +12,7 @@
 import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { battery } from "./internal/conformance/battery.ts"
-import { judge, type RuleResult as Result } from "./internal/conformance/rules.ts"
+import { judge, type RuleResult } from "./internal/conformance/rules.ts"
 import { observe } from "./internal/conformance/session.ts"
 import * as unacked from "./internal/conformance/unacked.ts"
 import { ConformanceError } from "./WorkerError.ts"
@@ -42,14 +42,7 @@ export const PROTOCOL_PAGE: string = (() => {
   }
 })()
 
-/**
- * One rule's verdict (`pass`, `fail`, `not observable`), with the section of the protocol page
- * that states the rule, and a failure's offending message.
- *
- * @since 0.2.0
- * @category models
- */
-export type RuleResult = Result
+export type { RuleResult, Verdict } from "./internal/conformance/rules.ts"
 
 /**
  * The service under test, and the settings of it that the battery depends on (as

@@ -183,18 +183,7 @@ export const routes: (
   options: ProbeRoutesOptions,
 ) => Effect.Effect<ReadonlyArray<HttpRouter.Route>, never, Scope.Scope> = routesInternal.routes
 
-/**
- * The probe routes as the whole app the probe server serves: `routes` matched exactly as written
- * (case and trailing slash included), and 404 `NOT_FOUND` to any other path, whatever the method.
- * An app can serve it from its own server, e.g. on a port of its own (`HttpServer.serve`), or
- * through `HttpEffect.toWebHandler`.
- *
- * Scoped, as `routes` is: the app is built once, then answers each request.
- *
- * @since 0.2.0
- * @category routes
- */
-export const httpEffect: typeof routesInternal.httpEffect = routesInternal.httpEffect
+export { httpEffect } from "./internal/probes/routes.ts"
 
 /**
  * Starts the probe server, serving `httpEffect` over `node:http` within the bounds above; it stops
@@ -208,7 +197,7 @@ export const make = (
   options: ProbeServerOptions,
 ): Effect.Effect<ProbeServer, ProbeServerError, Scope.Scope> =>
   Effect.gen(function* () {
-    const app = yield* httpEffect(options)
+    const app = yield* routesInternal.httpEffect(options)
     const millis = (duration: Duration.Input) =>
       Duration.toMillis(Duration.fromInputUnsafe(duration))
     const port = yield* server.serve(app, {

@@ -1,30 +1,20 @@
 /**
  * The worker's settings: every variable of the spec, read with `Config` from the environment
  * (or given in code), validated as a whole so that one message lists every problem, plus the
- * lease time-budget check. Each variable is one row of `internal/settings/table.ts`, from which
- * the types below, the reading and the README's table come.
+ * lease time-budget check. Each variable is a field of `WorkerSettings` and `SettingsOverrides`
+ * and one row of `internal/settings/table.ts`, from which the reading and the README's table
+ * come.
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer } from "effect"
-import {
-  type Inputs,
-  readTable,
-  type SettingsDefaults,
-  type Values,
-} from "./internal/settings/row.ts"
-import { table } from "./internal/settings/table.ts"
+import { readTable, type SettingsDefaults } from "./internal/settings/row.ts"
+import { type SettingsOverrides, table, type WorkerSettings } from "./internal/settings/table.ts"
 import { SettingsError } from "./WorkerError.ts"
 
-/**
- * Resolved settings: durations decoded once, every value checked. One field per row of the
- * settings table (`internal/settings/table.ts`, shown in the README), where each field's
- * variable, default and meaning are.
- *
- * @since 0.1.0
- * @category models
- */
-export interface WorkerSettings extends Values<typeof table> {}
+// Written out field by field where the table's rows are, so that a user reads each field's type
+// (and its variable), and no type of the table's.
+export type { SettingsOverrides, WorkerSettings } from "./internal/settings/table.ts"
 
 /**
  * Where the worker's tasks come from: `memory` runs on the embedded broker, for local trials.
@@ -55,16 +45,6 @@ const SettingsService: Context.ServiceClass<
  * @category services
  */
 export class Settings extends SettingsService {}
-
-/**
- * Settings given in code; they win over the environment. Durations are `Duration.Input`
- * (a bare number is milliseconds, as everywhere in Effect); the log level is Effect's
- * (`"Info"`, `"Warn"`, ...).
- *
- * @since 0.1.0
- * @category models
- */
-export interface SettingsOverrides extends Inputs<typeof table> {}
 
 export type { SettingsDefaults } from "./internal/settings/row.ts"
 

@@ -5,35 +5,48 @@
  *
  * @since 0.1.0
  */
-import { type Config, Deferred, type Duration, Effect, Layer } from "effect"
+import { type Config, Deferred, type Duration, Effect, Layer, type Scope } from "effect"
 import { launch as launchApp } from "./internal/lifecycle/launch.ts"
+import type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
+import type { RunOptions } from "./internal/lifecycle/process.ts"
+import type { ConsumingError } from "./internal/lifecycle/state.ts"
 import * as Lifecycle from "./Lifecycle.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import * as Probes from "./Probes.ts"
 import * as Process from "./Process.ts"
 import type * as Settings from "./Settings.ts"
+import type { Transport } from "./Transport.ts"
 import type { Worker } from "./WorkerDefinition.ts"
+import type { ServicesError } from "./WorkerError.ts"
 import * as WorkerProgram from "./WorkerProgram.ts"
 
 export * from "./WorkerDefinition.ts"
 
-/**
- * A running worker; see {@link WorkerProgram.RunningWorker}.
- *
- * @since 0.1.0
- * @category models
- */
-export type RunningWorker = WorkerProgram.RunningWorker
+// The types the ways to run a worker name, each defined where its code is.
+export type { DrainReport } from "./Drain.ts"
+export type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
+export type { RunOptions } from "./internal/lifecycle/process.ts"
+export type { ConsumingError } from "./internal/lifecycle/state.ts"
+export type { ExitCode } from "./Process.ts"
+export type { RunningWorker } from "./WorkerProgram.ts"
 
 /**
  * Consumes in the current scope and returns the running worker, with none of the lifecycle
- * (settings and transport from the context, no hooks): see {@link WorkerProgram.consume}. An app
- * uses {@link layer} or {@link serve}.
+ * (settings and transport from the context, no hooks), its definition's services (`layer`) built
+ * in the scope first. Closing the scope interrupts whatever is in hand (each such task is
+ * requeued); call `drain` first for a graceful stop, as {@link serve} does. An app uses
+ * {@link layer} or {@link serve}.
  *
  * @since 0.2.0
  * @category running
  */
-export const consume = WorkerProgram.consume
+export const consume = <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+): Effect.Effect<
+  WorkerProgram.RunningWorker,
+  ServicesError,
+  Scope.Scope | Settings.Settings | Transport | R
+> => WorkerProgram.consume(worker)
 
 /**
  * Lives the worker's whole life inside a program until it ends or the program is interrupted:
@@ -46,7 +59,10 @@ export const consume = WorkerProgram.consume
  * @since 0.1.0
  * @category running
  */
-export const serve = Lifecycle.serve
+export const serve: <A, I, O, R>(
+  worker: Worker<A, I, O, R>,
+  options?: LifeOptions,
+) => Effect.Effect<void, StartError | ConsumingError, R> = Lifecycle.serve
 
 /**
  * The worker as a scoped layer inside an app: built once the worker has started and connected
@@ -60,8 +76,8 @@ export const serve = Lifecycle.serve
  */
 export const layer = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
-  options?: Lifecycle.LifeOptions,
-): Layer.Layer<Probes.WorkerProbes, Lifecycle.StartError | Lifecycle.ConsumingError, R> =>
+  options?: LifeOptions,
+): Layer.Layer<Probes.WorkerProbes, StartError | ConsumingError, R> =>
   Layer.effect(
     Probes.WorkerProbes,
     Effect.map(Lifecycle.make(worker, options), (started) => started.probes),
@@ -77,10 +93,10 @@ export const layer = <A, I, O, R>(
 export const layerConfig = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
   config: Config.Config<Settings.SettingsOverrides>,
-  options?: Omit<Lifecycle.LifeOptions, "settings">,
+  options?: Omit<LifeOptions, "settings">,
 ): Layer.Layer<
   Probes.WorkerProbes,
-  Lifecycle.StartError | Lifecycle.ConsumingError | Config.ConfigError,
+  StartError | ConsumingError | Config.ConfigError,
   R
 > =>
   Layer.unwrap(
@@ -96,10 +112,10 @@ export const layerConfig = <A, I, O, R>(
  */
 export const layerMemory = <A, I, O, R>(
   worker: Worker<A, I, O, R>,
-  options?: Omit<Lifecycle.LifeOptions, "transport">,
+  options?: Omit<LifeOptions, "transport">,
 ): Layer.Layer<
   Probes.WorkerProbes | MemoryBroker.MemoryBroker,
-  Lifecycle.StartError | Lifecycle.ConsumingError,
+  StartError | ConsumingError,
   R
 > =>
   Layer.unwrap(Effect.gen(function* () {
@@ -149,15 +165,15 @@ export interface HandlerRequires<R> {
  */
 export function run<A, I, O, R>(
   worker: Worker<A, I, O, R> & ([R] extends [never] ? unknown : HandlerRequires<R>),
-  options?: Lifecycle.RunOptions,
+  options?: RunOptions,
 ): RunningProcess
 export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
-  options: Lifecycle.RunOptions & { readonly layer: Layer.Layer<R, unknown> },
+  options: RunOptions & { readonly layer: Layer.Layer<R, unknown> },
 ): RunningProcess
 export function run<A, I, O, R>(
   worker: Worker<A, I, O, R>,
-  options?: Lifecycle.RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
+  options?: RunOptions & { readonly layer?: Layer.Layer<R, unknown> },
 ): RunningProcess {
   return runProcess((stopped) =>
     Lifecycle.run(worker, {
@@ -221,7 +237,7 @@ export interface LaunchOptions {
  * failed to build, a worker failed, a shutdown hook failed, a defect, the shutdown past its
  * bound), 2 configuration (invalid settings, refused credentials, an unknown vhost, a conflicting
  * queue, a probe port taken, a missing service), with one line saying why. The shutdown ends
- * within `Lifecycle.shutdownBound` of the grace.
+ * within `max(grace, 5) + 17` seconds.
  *
  * @example
  * ```ts

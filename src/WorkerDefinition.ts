@@ -9,6 +9,7 @@ import { Cause, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
 import * as Concurrency from "./Concurrency.ts"
 import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"
+import type { Hook } from "./internal/lifecycle/hooks.ts"
 import { specOf, type ThreadSpec } from "./internal/thread/spec.ts"
 import type { TaskContext } from "./TaskContext.ts"
 import type * as Transient from "./Transient.ts"
@@ -112,15 +113,7 @@ export interface WorkerDefinition<A, I, O, R, E = unknown, RL = never, RIn = nev
   readonly layer?: Layer.Layer<RL, unknown, RIn> | undefined
 }
 
-/**
- * A startup or shutdown hook, or a readiness probe: an Effect (which may require the handler's
- * services), or a function, possibly `async`, given an `AbortSignal` that fires when its time
- * is up.
- *
- * @since 0.1.0
- * @category models
- */
-export type Hook<R> = Hooks.Hook<R>
+export type { Hook } from "./internal/lifecycle/hooks.ts"
 
 /**
  * A validated worker definition, requiring `R` of whoever runs it; its own `layer` provides `RL`

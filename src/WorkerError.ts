@@ -4,9 +4,17 @@
  *
  * @since 0.1.0
  */
-import { Data, Duration } from "effect"
+import { type Cause, Data, Duration, type Types } from "effect"
 import { errorText } from "./internal/describe.ts"
-import type { TaggedErrorClass } from "./internal/taggedError.ts"
+
+/**
+ * The constructor of a tagged error with `Fields`: what `Data.TaggedError(tag)` returns, spelled
+ * out (JSR's fast check takes a superclass only as a name whose type is written down, never as a
+ * call). Kept to this module: each error's declaration reads as Effect's types and its fields.
+ */
+type TaggedErrorClass<Tag extends string, Fields extends Record<string, any>> = new (
+  args: Types.VoidIfEmpty<Readonly<Fields>>,
+) => Cause.YieldableError & { readonly _tag: Tag } & Readonly<Fields>
 
 const FatalErrorBase: TaggedErrorClass<"FatalError", {
   readonly code: string

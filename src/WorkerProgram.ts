@@ -45,8 +45,15 @@ import {
  * @category models
  */
 export interface RunningWorker extends InstanceControls {
-  /** Stops intake and drains within the grace period; see {@link Drain}. */
-  readonly drain: Drain.Drain["Service"]["drain"]
+  /**
+   * Stops intake and drains within `grace` (default `WORKER_SHUTDOWN_GRACE_S`): the tasks still
+   * in hand then are interrupted and requeued; `skipGrace` ends the grace early (a second
+   * signal). Safe to call from a finalizer.
+   */
+  readonly drain: (options?: {
+    readonly grace?: Duration.Input
+    readonly skipGrace?: Effect.Effect<void>
+  }) => Effect.Effect<Drain.DrainReport>
   /** Deliveries in hand. */
   readonly inFlight: Effect.Effect<number>
   /**

@@ -1,39 +1,20 @@
 /**
+ * The worker's API: the namespaces the README, the docs and the examples name, and every error a
+ * worker fails or throws with. The test harness (`@async-task/worker/testing`), the wire codec
+ * (`@async-task/worker/protocol`) and the conformance kit (`@async-task/worker/conformance`) are
+ * entry points of their own; the SDK's other modules are its own.
+ *
  * @since 0.1.0
  */
 
 /** @since 0.1.0 */
-export * as AmqpTransport from "./AmqpTransport.ts"
-/** @since 0.1.0 */
 export * as Concurrency from "./Concurrency.ts"
-/** @since 0.1.0 */
-export * as Decision from "./Decision.ts"
-/** @since 0.1.0 */
-export * as DeliveryEngine from "./DeliveryEngine.ts"
-/** @since 0.1.0 */
-export * as Drain from "./Drain.ts"
-/** @since 0.3.0 */
-export * as EventLoop from "./EventLoop.ts"
-/** @since 0.1.0 */
-export * as JobMode from "./JobMode.ts"
-/** @since 0.1.0 */
-export * as LeaseRenewal from "./LeaseRenewal.ts"
-/** @since 0.1.0 */
-export * as Lifecycle from "./Lifecycle.ts"
 /** @since 0.1.0 */
 export * as MemoryBroker from "./MemoryBroker.ts"
 /** @since 0.1.0 */
-export * as Process from "./Process.ts"
-/** @since 0.1.0 */
 export * as Probes from "./Probes.ts"
 /** @since 0.1.0 */
-export * as ProgressThrottle from "./ProgressThrottle.ts"
-/** @since 0.1.0 */
-export * as Prometheus from "./Prometheus.ts"
-/** @since 0.1.0 */
 export * as Protocol from "./Protocol.ts"
-/** @since 0.1.0 */
-export * as RuntimeMetrics from "./RuntimeMetrics.ts"
 /** @since 0.1.0 */
 export * as Settings from "./Settings.ts"
 /** @since 0.1.0 */
@@ -46,12 +27,6 @@ export * as Transient from "./Transient.ts"
 export * as Transport from "./Transport.ts"
 /** @since 0.1.0 */
 export * as Worker from "./Worker.ts"
-/** @since 0.1.0 */
-export * as WorkerLogger from "./WorkerLogger.ts"
-/** @since 0.1.0 */
-export * as WorkerMetrics from "./WorkerMetrics.ts"
-/** @since 0.1.0 */
-export * as WorkerProgram from "./WorkerProgram.ts"
 /** @since 0.1.0 */
 export {
   BrokerUnreachable,

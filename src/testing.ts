@@ -59,9 +59,12 @@ export interface TaskRun<O = unknown> {
   readonly response: O | undefined
   /** The `failure` error, if any. */
   readonly error: { readonly code: string; readonly message: string } | undefined
-  /** Throws unless the task concluded with `success`. */
+  /** Throws a {@link HarnessAssertionError} unless the task concluded with `success`. */
   readonly assertSucceeded: () => void
-  /** Throws unless the task concluded with `failure` (with `code`, when given). */
+  /**
+   * Throws a {@link HarnessAssertionError} unless the task concluded with `failure` (with
+   * `code`, when given).
+   */
   readonly assertFailed: (expected?: { readonly code?: string }) => void
 }
 
@@ -134,8 +137,15 @@ export interface WorkerHarness<I = unknown, O = unknown> {
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
-class HarnessAssertionError extends Error {
-  override readonly name = "HarnessAssertionError"
+/**
+ * What a run's `assertSucceeded()` or `assertFailed()` throws when the task did not end so: the
+ * messages, outcome and error it did end with, for the test's report.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class HarnessAssertionError extends Error {
+  override readonly name: "HarnessAssertionError" = "HarnessAssertionError"
 }
 
 const describeRun = (run: Pick<TaskRun, "messageTypes" | "outcome" | "error">): string =>

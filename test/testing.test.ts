@@ -143,6 +143,8 @@ describe("WorkerHarness", () => {
     expect(run.error).toEqual({ code: "EMPTY", message: "Nothing." })
     expect(() => run.assertFailed({ code: "OTHER" })).toThrow(/Expected failure code OTHER/)
     expect(() => run.assertSucceeded()).toThrow(/Expected the task to succeed/)
+    // The error a test meets is the harness's own, exported for it to catch.
+    expect(() => run.assertSucceeded()).toThrow(WorkerHarness.HarnessAssertionError)
   })
 
   it("a retry before the last attempt is REJECTED_REQUEUE with nothing terminal; at the last, it concludes", async () => {

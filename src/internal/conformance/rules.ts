@@ -5,8 +5,22 @@
 import type { Case, CaseRule } from "./battery.ts"
 import { type Reading, show } from "./reading.ts"
 
+/**
+ * What the kit says of a rule: `not observable` when what it could see cannot tell (the input
+ * queue's unacked deliveries, when the broker's management API or `rabbitmqctl` does not say).
+ *
+ * @since 0.3.0
+ * @category models
+ */
 export type Verdict = "pass" | "fail" | "not observable"
 
+/**
+ * One rule's verdict (`pass`, `fail`, `not observable`), with the section of the protocol page
+ * that states the rule, and a failure's offending message.
+ *
+ * @since 0.2.0
+ * @category models
+ */
 export interface RuleResult {
   readonly id: string
   readonly title: string

@@ -1,9 +1,12 @@
 import { Effect } from "effect"
 
 /**
- * Work the author gives the lifecycle (a startup or shutdown hook, a readiness probe): an
- * Effect, or a function that may return a Promise and is handed an `AbortSignal` that fires
- * when its time is up or the worker stops.
+ * A startup or shutdown hook, or a readiness probe: an Effect (which may require the handler's
+ * services), or a function, possibly `async`, given an `AbortSignal` that fires when its time
+ * is up or the worker stops. Public as `Worker.Hook`.
+ *
+ * @since 0.1.0
+ * @category models
  */
 export type Hook<R> =
   | Effect.Effect<unknown, unknown, R>

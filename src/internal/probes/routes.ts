@@ -163,7 +163,19 @@ const EXACT_PATHS = {
 const isRouteNotFound = (error: unknown): boolean =>
   HttpServerError.isHttpServerError(error) && error.reason._tag === "RouteNotFound"
 
-/** See `Probes.httpEffect`. */
+/**
+ * The probe routes as the whole app the probe server serves: `routes` matched exactly as written
+ * (case and trailing slash included), and 404 `NOT_FOUND` to any other path, whatever the method.
+ * An app can serve it from its own server, e.g. on a port of its own (`HttpServer.serve`), or
+ * through `HttpEffect.toWebHandler`.
+ *
+ * Scoped, as `routes` is: the app is built once, then answers each request.
+ *
+ * Public as `Probes.httpEffect`.
+ *
+ * @since 0.2.0
+ * @category routes
+ */
 export const httpEffect = (
   options: ProbeRoutesOptions,
 ): Effect.Effect<

@@ -1,7 +1,8 @@
 /**
- * The settings table: one row per variable of the spec, from which `WorkerSettings`,
- * `SettingsOverrides`, the `Config` that reads the environment and the README's table all
- * come. Adding a setting is adding a row; checks between fields are in `Settings.ts`.
+ * The settings: `WorkerSettings` and `SettingsOverrides` (a field each), and the table, one row
+ * per variable of the spec, from which the `Config` that reads the environment and the README's
+ * table come. Adding a setting is adding a field to both and a row; checks between fields are in
+ * `Settings.ts`.
  * The order is the README's, and the order in which problems are listed.
  */
 import { hostname } from "node:os"
@@ -10,40 +11,151 @@ import type { LogLevel, Option, Redacted } from "effect"
 import { urlsProblem } from "../amqp/url.ts"
 import { boolean, duration, integer, literal, logLevel, type Row, secret, text } from "./row.ts"
 
-/** Each setting's row: `Row<its value once read, what an override in code may give>`. */
+/**
+ * Resolved settings: durations decoded once, every value checked. One field per row of the
+ * settings table below (shown in the README), which gives each field's variable, default and
+ * meaning.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WorkerSettings {
+  /** `IN_QUEUE_NAME` */
+  readonly inQueue: string
+  /** `OUT_QUEUE_NAME` */
+  readonly outQueue: string
+  /** `WORKER_CONCURRENCY` */
+  readonly concurrency: number
+  /** `WORKER_DELIVERY_LIMIT` */
+  readonly deliveryLimit: number
+  /** `WORKER_QUEUE_DELIVERY_LIMIT` */
+  readonly queueDeliveryLimit: number
+  /** `WORKER_RETRY_BACKOFF_BASE_S` */
+  readonly retryBackoffBase: Duration.Duration
+  /** `WORKER_RETRY_BACKOFF_MAX_S` */
+  readonly retryBackoffMax: Duration.Duration
+  /** `WORKER_CONSUMER_TIMEOUT_S` */
+  readonly consumerTimeout: Duration.Duration
+  /** `WORKER_SHUTDOWN_GRACE_S` */
+  readonly shutdownGrace: Duration.Duration
+  /** `WORKER_SHUTDOWN_HOOKS_TIMEOUT_S` */
+  readonly shutdownHooksTimeout: Duration.Duration
+  /** `WORKER_PROGRESS_MIN_INTERVAL_S` */
+  readonly progressMinInterval: Duration.Duration
+  /** `WORKER_MAX_MESSAGE_BYTES` */
+  readonly maxMessageBytes: number
+  /** `WORKER_MAX_OUTPUT_BYTES` */
+  readonly maxOutputBytes: number
+  /** `WORKER_TASK_TIMEOUT_S` */
+  readonly taskTimeout: Duration.Duration
+  /** `HOSTNAME` */
+  readonly hostname: string
+  /** `HEALTH_CHECK_HOST` */
+  readonly healthCheckHost: string
+  /** `HEALTH_CHECK_PORT` */
+  readonly healthCheckPort: number
+  /** `BROKER_URL` */
+  readonly brokerUrl: Option.Option<Redacted.Redacted<string>>
+  /** `WORKER_HEARTBEAT_S` */
+  readonly heartbeat: number
+  /** `WORKER_TRANSPORT` */
+  readonly transport: "amqp" | "memory"
+  /** `WORKER_MODE` */
+  readonly mode: "service" | "job"
+  /** `WORKER_JOB_MAX_TASKS` */
+  readonly jobMaxTasks: number
+  /** `WORKER_JOB_IDLE_TIMEOUT_S` */
+  readonly jobIdleTimeout: Duration.Duration
+  /** `WORKER_JOB_CONNECT_TIMEOUT_S` */
+  readonly jobConnectTimeout: Duration.Duration
+  /** `LOG_LEVEL` */
+  readonly logLevel: LogLevel.LogLevel
+  /** `WORKER_LOG_ERROR_TEXT` */
+  readonly logErrorText: boolean
+  /** `WORKER_TASK_OVERRUN_GRACE_S` */
+  readonly taskOverrunGrace: Duration.Duration
+  /** `WORKER_PROBE_TIMEOUT_S` */
+  readonly probeTimeout: Duration.Duration
+}
+
+/**
+ * Settings given in code; they win over the environment. Durations are `Duration.Input`
+ * (a bare number is milliseconds, as everywhere in Effect); the log level is Effect's
+ * (`"Info"`, `"Warn"`, ...).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SettingsOverrides {
+  /** `IN_QUEUE_NAME` */
+  readonly inQueue?: string | undefined
+  /** `OUT_QUEUE_NAME` */
+  readonly outQueue?: string | undefined
+  /** `WORKER_CONCURRENCY` */
+  readonly concurrency?: number | undefined
+  /** `WORKER_DELIVERY_LIMIT` */
+  readonly deliveryLimit?: number | undefined
+  /** `WORKER_QUEUE_DELIVERY_LIMIT` */
+  readonly queueDeliveryLimit?: number | undefined
+  /** `WORKER_RETRY_BACKOFF_BASE_S` */
+  readonly retryBackoffBase?: Duration.Input | undefined
+  /** `WORKER_RETRY_BACKOFF_MAX_S` */
+  readonly retryBackoffMax?: Duration.Input | undefined
+  /** `WORKER_CONSUMER_TIMEOUT_S` */
+  readonly consumerTimeout?: Duration.Input | undefined
+  /** `WORKER_SHUTDOWN_GRACE_S` */
+  readonly shutdownGrace?: Duration.Input | undefined
+  /** `WORKER_SHUTDOWN_HOOKS_TIMEOUT_S` */
+  readonly shutdownHooksTimeout?: Duration.Input | undefined
+  /** `WORKER_PROGRESS_MIN_INTERVAL_S` */
+  readonly progressMinInterval?: Duration.Input | undefined
+  /** `WORKER_MAX_MESSAGE_BYTES` */
+  readonly maxMessageBytes?: number | undefined
+  /** `WORKER_MAX_OUTPUT_BYTES` */
+  readonly maxOutputBytes?: number | undefined
+  /** `WORKER_TASK_TIMEOUT_S` */
+  readonly taskTimeout?: Duration.Input | undefined
+  /** `HOSTNAME` */
+  readonly hostname?: string | undefined
+  /** `HEALTH_CHECK_HOST` */
+  readonly healthCheckHost?: string | undefined
+  /** `HEALTH_CHECK_PORT` */
+  readonly healthCheckPort?: number | undefined
+  /** `BROKER_URL` */
+  readonly brokerUrl?: string | Redacted.Redacted<string> | undefined
+  /** `WORKER_HEARTBEAT_S` */
+  readonly heartbeat?: number | undefined
+  /** `WORKER_TRANSPORT` */
+  readonly transport?: "amqp" | "memory" | undefined
+  /** `WORKER_MODE` */
+  readonly mode?: "service" | "job" | undefined
+  /** `WORKER_JOB_MAX_TASKS` */
+  readonly jobMaxTasks?: number | undefined
+  /** `WORKER_JOB_IDLE_TIMEOUT_S` */
+  readonly jobIdleTimeout?: Duration.Input | undefined
+  /** `WORKER_JOB_CONNECT_TIMEOUT_S` */
+  readonly jobConnectTimeout?: Duration.Input | undefined
+  /** `LOG_LEVEL` */
+  readonly logLevel?: LogLevel.LogLevel | undefined
+  /** `WORKER_LOG_ERROR_TEXT` */
+  readonly logErrorText?: boolean | undefined
+  /** `WORKER_TASK_OVERRUN_GRACE_S` */
+  readonly taskOverrunGrace?: Duration.Input | undefined
+  /** `WORKER_PROBE_TIMEOUT_S` */
+  readonly probeTimeout?: Duration.Input | undefined
+}
+
+/**
+ * Each setting's row: `Row<its value once read, what an override in code may give>`, from the
+ * two interfaces above, so that a field without its row, or a row without its fields, does not
+ * compile.
+ */
 // A type, not an interface: an interface has no index signature, which `Table` asks for.
 export type SettingsTable = {
-  readonly inQueue: Row<string, string>
-  readonly outQueue: Row<string, string>
-  readonly concurrency: Row<number, number>
-  readonly deliveryLimit: Row<number, number>
-  readonly queueDeliveryLimit: Row<number, number>
-  readonly retryBackoffBase: Row<Duration.Duration, Duration.Input>
-  readonly retryBackoffMax: Row<Duration.Duration, Duration.Input>
-  readonly consumerTimeout: Row<Duration.Duration, Duration.Input>
-  readonly shutdownGrace: Row<Duration.Duration, Duration.Input>
-  readonly shutdownHooksTimeout: Row<Duration.Duration, Duration.Input>
-  readonly progressMinInterval: Row<Duration.Duration, Duration.Input>
-  readonly maxMessageBytes: Row<number, number>
-  readonly maxOutputBytes: Row<number, number>
-  readonly taskTimeout: Row<Duration.Duration, Duration.Input>
-  readonly hostname: Row<string, string>
-  readonly healthCheckHost: Row<string, string>
-  readonly healthCheckPort: Row<number, number>
-  readonly brokerUrl: Row<
-    Option.Option<Redacted.Redacted<string>>,
-    string | Redacted.Redacted<string>
+  readonly [K in keyof WorkerSettings]-?: Row<
+    WorkerSettings[K],
+    Exclude<SettingsOverrides[K], undefined>
   >
-  readonly heartbeat: Row<number, number>
-  readonly transport: Row<"amqp" | "memory", "amqp" | "memory">
-  readonly mode: Row<"service" | "job", "service" | "job">
-  readonly jobMaxTasks: Row<number, number>
-  readonly jobIdleTimeout: Row<Duration.Duration, Duration.Input>
-  readonly jobConnectTimeout: Row<Duration.Duration, Duration.Input>
-  readonly logLevel: Row<LogLevel.LogLevel, LogLevel.LogLevel>
-  readonly logErrorText: Row<boolean, boolean>
-  readonly taskOverrunGrace: Row<Duration.Duration, Duration.Input>
-  readonly probeTimeout: Row<Duration.Duration, Duration.Input>
 }
 
 /** The rows, by field name. */
