@@ -4,7 +4,8 @@
  * counted by a logger that prints nothing.
  */
 import { Effect, Fiber, Layer, Logger, Schema } from "effect"
-import { AmqpTransport, Settings, Worker } from "../../src/index.ts"
+import * as AmqpTransport from "../../src/AmqpTransport.ts"
+import { Settings, Worker } from "../../src/index.ts"
 import { type Contender, holding, type Mode, TIMER_MS } from "./protocol.ts"
 import { tally } from "../tally.ts"
 
