@@ -60,6 +60,25 @@ const worker = Worker.make({
   retryOn: (e) => e instanceof TypeError,
 })
 
+/** The tasks submitted one after another: id, the handler's mode, the earlier deliveries. */
+const SCENARIOS: ReadonlyArray<readonly [string, string, number?]> = [
+  ["t-success", "ok"],
+  ["t-progress", "progress"],
+  ["t-fatal", "fatal"],
+  ["t-bad-code", "bad-code"],
+  ["t-retry", "retry"],
+  ["t-retry-last", "retry", 4],
+  ["t-retry-own-delay", "retry-own-delay"],
+  ["t-retry-bad-delay", "retry-bad-delay"],
+  ["t-transient", "transient"],
+  ["t-transient-last", "transient", 4],
+  ["t-internal", "internal"],
+  ["t-timeout", "hang"],
+  ["t-wrong-output", "wrong-output"],
+  ["t-not-json", "not-json"],
+  ["t-past-limit", "ok", 5],
+]
+
 /** A line as the record keeps it: level, message and annotations, in a stable order. */
 const lineOf = (line: LogLine): string => {
   const annotations = Object.keys(line.annotations).sort().map((k) =>
@@ -113,21 +132,9 @@ describe("a recorded run", () => {
             }),
             (run) => runs.push(`${taskId}: ${run.outcome} [${run.messageTypes.join(", ")}]`),
           )
-        yield* submit(harness, "t-success", "ok")
-        yield* submit(harness, "t-progress", "progress")
-        yield* submit(harness, "t-fatal", "fatal")
-        yield* submit(harness, "t-bad-code", "bad-code")
-        yield* submit(harness, "t-retry", "retry")
-        yield* submit(harness, "t-retry-last", "retry", 4)
-        yield* submit(harness, "t-retry-own-delay", "retry-own-delay")
-        yield* submit(harness, "t-retry-bad-delay", "retry-bad-delay")
-        yield* submit(harness, "t-transient", "transient")
-        yield* submit(harness, "t-transient-last", "transient", 4)
-        yield* submit(harness, "t-internal", "internal")
-        yield* submit(harness, "t-timeout", "hang")
-        yield* submit(harness, "t-wrong-output", "wrong-output")
-        yield* submit(harness, "t-not-json", "not-json")
-        yield* submit(harness, "t-past-limit", "ok", 5)
+        for (const [taskId, mode, deliveryCount] of SCENARIOS) {
+          yield* submit(harness, taskId, mode, deliveryCount)
+        }
         yield* submit(small, "t-large", "large")
         yield* harness.failNextPublish("started")
         yield* submit(harness, "t-started-refused", "ok")
