@@ -132,7 +132,7 @@ export const make = (
     })
     const publishOn = confirms.publish
     // Connected, a publish is one step.
-    const publish: Transport["Service"]["publish"] = (body, type, options) =>
+    const publishConfirmed: Transport["Service"]["publish"] = (body, type, options) =>
       Effect.suspend(() => {
         const session = current.now
         const headers = options?.headers
@@ -141,6 +141,16 @@ export const make = (
           ? publishOn(session, body, type, headers, messageId)
           : Effect.flatMap(nextSession, (next) => publishOn(next, body, type, headers, messageId))
       })
+
+    // Connected, a message is sent at once; between sessions, it waits for its confirm first.
+    const send: NonNullable<Transport["Service"]["publish"]["send"]> = (body, type, options) =>
+      Effect.suspend(() => {
+        const session = current.now
+        return session !== undefined
+          ? confirms.send(session, body, type, options?.headers, options?.messageId)
+          : Effect.exit(publishConfirmed(body, type, options))
+      })
+    const publish = Object.assign(publishConfirmed, { send })
 
     return Transport.of({
       take: inbox.take,

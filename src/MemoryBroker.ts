@@ -10,8 +10,15 @@
 import type { Scope } from "effect"
 import { Clock, Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
 import { BrokerCore, type ConsumerCore, type Held } from "./internal/memory/broker.ts"
+import type { MessageType } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"
-import { type ConnectionStatus, type Delivery, Redeliveries, Transport } from "./Transport.ts"
+import {
+  type ConnectionStatus,
+  type Delivery,
+  type PublishOptions,
+  Redeliveries,
+  Transport,
+} from "./Transport.ts"
 import { type LeaseLost, PublishError } from "./WorkerError.ts"
 
 /**
@@ -248,8 +255,19 @@ export const make = (
         yield* Effect.addFinalizer(() => SubscriptionRef.set(status, "closed"))
         return Transport.of({
           take: consumer.inbox.takeMap((h) => toDelivery(core, h, classic, duration)),
-          publish: (body, type, options) =>
-            publish(o.outQueue, body, type, 0, options?.headers, options?.messageId),
+          publish: Object.assign(
+            (body: Uint8Array, type: MessageType, options?: PublishOptions) =>
+              publish(o.outQueue, body, type, 0, options?.headers, options?.messageId),
+            {
+              // The broker answers a publish as it takes it: sent is confirmed (or refused) at once.
+              send: (body: Uint8Array, type: MessageType, options?: PublishOptions) =>
+                Effect.exit(
+                  Effect.asVoid(
+                    publish(o.outQueue, body, type, 0, options?.headers, options?.messageId),
+                  ),
+                ),
+            },
+          ),
           setCapacity: (capacity) => Effect.sync(() => core.setPrefetch(consumer, capacity)),
           stopIntake: Effect.sync(() => {
             core.cancel(consumer)

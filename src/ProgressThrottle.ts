@@ -6,7 +6,18 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Clock, Context, Duration, Effect, Fiber, Layer, Metric, Random, Result } from "effect"
+import {
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Metric,
+  Random,
+  Result,
+} from "effect"
 import { encodeUtf8, utf8Exceeds } from "./internal/codec/utf8.ts"
 import { deliveryIdOf, messageIdOf } from "./internal/delivery/decide.ts"
 import { encodeMessageText } from "./Protocol.ts"
@@ -36,7 +47,9 @@ interface ProgressThrottleShape {
    * says the task's lease is lost (the broker has the task back: it is fenced). Its messages
    * are numbered for their ids, `<task_id>:<attempt>:<delivery_id>:progress:<n>`: the `attempt`
    * (default 1) and the `deliveryId` of the delivery whose task reports (since 0.3.0; default,
-   * one the channel draws itself, since a channel is one delivery's).
+   * one the channel draws itself, since a channel is one delivery's). With `after`, nothing is
+   * published until it succeeds (the task's `started` confirmed): what is reported meanwhile is
+   * held as the latest state, and dropped if it fails (since 0.3.0).
    */
   readonly open: (
     taskId: string,
@@ -44,6 +57,7 @@ interface ProgressThrottleShape {
       readonly isLost?: (() => boolean) | undefined
       readonly attempt?: number | undefined
       readonly deliveryId?: string | undefined
+      readonly after?: Effect.Effect<void, unknown> | undefined
     },
   ) => Effect.Effect<TaskProgress, never, Scope.Scope>
 }
@@ -132,7 +146,23 @@ export const make = (
           })
         })
 
+        // Whether progress may be published: once `after` succeeded; never if it failed.
+        let after = options?.after
+        let mayPublish = true
+        const cleared = Effect.suspend(() => {
+          if (after === undefined) return Effect.succeed(mayPublish)
+          return Effect.map(Effect.exit(after), (exit) => {
+            after = undefined
+            mayPublish = Exit.isSuccess(exit)
+            return mayPublish
+          })
+        })
+
         const send = Effect.gen(function* () {
+          if (!(yield* cleared)) {
+            sending = false
+            return
+          }
           for (;;) {
             const wait = lastSentAt + intervalMillis - (yield* Clock.currentTimeMillis)
             if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
@@ -196,9 +226,9 @@ export const make = (
           const stop = sending && sender !== undefined ? Fiber.interrupt(sender) : Effect.void
           return Effect.andThen(
             stop,
-            Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            Effect.flatMap(Effect.zip(cleared, Clock.currentTimeMillis), ([may, now]) => {
               if (held === undefined) return Effect.void
-              if (lastSentAt + intervalMillis <= now) return publishHeld
+              if (may && lastSentAt + intervalMillis <= now) return publishHeld
               held = undefined
               return drop("concluded")
             }),

@@ -145,6 +145,29 @@ export type ConnectionStatus =
 export const isLive = (status: ConnectionStatus): boolean =>
   status === "connected" || status === "blocked" || status === "stalled"
 
+/**
+ * A transport's publish: completes once the broker has confirmed the message. With `send`, it can
+ * also send a message now and leave its confirm to be awaited later, with the Effect `send`
+ * succeeds with (which fails as the publish fails, and may be awaited any number of times): the
+ * engine sends `started` so, and runs the handler while the confirm is on the way. Messages sent
+ * and published keep their order. `send` is the publish function's own, so that a wrapper which
+ * replaces `publish` (`{ ...transport, publish }`) sees every message: without `send`, `started`
+ * is confirmed before the handler runs. Since 0.3.0.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Publish {
+  (body: Uint8Array, type: MessageType, options?: PublishOptions): Effect.Effect<void, PublishError>
+  readonly send?:
+    | ((
+      body: Uint8Array,
+      type: MessageType,
+      options?: PublishOptions,
+    ) => Effect.Effect<Effect.Effect<void, PublishError>>)
+    | undefined
+}
+
 interface TransportShape {
   /**
    * The next delivery of the input queue, waiting for one; `None` once intake has stopped.
@@ -155,13 +178,9 @@ interface TransportShape {
   /**
    * Publishes to the output queue; completes only once the broker has confirmed, and fails
    * within a bounded time otherwise (the engine sets no time limit of its own). `options.headers`
-   * go on the message as they are.
+   * go on the message as they are. It may also send ahead of the confirm ({@link Publish}).
    */
-  readonly publish: (
-    body: Uint8Array,
-    type: MessageType,
-    options?: PublishOptions,
-  ) => Effect.Effect<void, PublishError>
+  readonly publish: Publish
   /** Changes the capacity at run time, without touching deliveries in hand. */
   readonly setCapacity: (capacity: number) => Effect.Effect<void>
   /** Stops intake: no new deliveries; those in hand may still be settled. */

@@ -47,6 +47,36 @@ export interface Confirms {
     headers?: Readonly<Record<string, string>> | undefined,
     messageId?: string | undefined,
   ) => Effect.Effect<void, PublishError>
+  /**
+   * {@link publish}'s message sent now; its confirm awaited with the Effect it succeeds with, as
+   * many times as asked.
+   */
+  readonly send: (
+    on: Publishing,
+    body: Uint8Array,
+    type: string,
+    headers?: Readonly<Record<string, string>> | undefined,
+    messageId?: string | undefined,
+  ) => Effect.Effect<Effect.Effect<void, PublishError>>
+}
+
+/** A sent message's confirm, awaited any number of times, before or after it comes. */
+class Confirm {
+  private outcome: Effect.Effect<void, PublishError> | undefined
+  private waiters: Array<(outcome: Effect.Effect<void, PublishError>) => void> | undefined
+
+  readonly settle = (failure: PublishError | undefined): void => {
+    const outcome = failure === undefined ? Effect.void : Effect.fail(failure)
+    this.outcome = outcome
+    const waiters = this.waiters
+    this.waiters = undefined
+    if (waiters !== undefined) { for (const resume of waiters) resume(outcome) }
+  }
+
+  readonly await: Effect.Effect<void, PublishError> = Effect.callback((resume) => {
+    if (this.outcome !== undefined) return resume(this.outcome)
+    ;(this.waiters ??= []).push(resume)
+  })
 }
 
 // RabbitMQ's refusal of a message past `max_message_size` (a channel error, 406), as amqplib
@@ -141,70 +171,93 @@ export const make = (options: {
       return returned
     }
 
+    /**
+     * Publishes `body` on `on`'s channel now, and calls `done` once with the broker's answer: no
+     * failure on its confirm, else why not.
+     */
+    const start = (
+      on: Publishing,
+      body: Uint8Array,
+      type: string,
+      headers: Readonly<Record<string, string>> | undefined,
+      stableId: string | undefined,
+      done: (failure: PublishError | undefined) => void,
+    ): void => {
+      if (body.byteLength > maxBytes) {
+        return done(new PublishError({ reason: "too_large", messageType: type }))
+      }
+      const { publisher, returned } = on
+      const id = ++sequence
+      // A return names the message by its id: the broker returns a message before it confirms
+      // it, so a copy's return is read by that copy's confirm.
+      const messageId = stableId ?? `${id}`
+      const failWith = (reason: PublishError["reason"]) =>
+        done(new PublishError({ reason, messageType: type }))
+      const publishedAt = clock.currentTimeMillisUnsafe()
+      awaitingConfirm.set(id, {
+        publishedAt,
+        deadline: publishedAt + confirmMillis,
+        on,
+        expire: () => failWith("timeout"),
+      })
+      try {
+        publisher.publish(
+          "",
+          outQueue,
+          Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+          {
+            persistent: true,
+            contentType: "application/json",
+            type,
+            mandatory: true,
+            messageId,
+            headers,
+          },
+          (error) => {
+            if (!awaitingConfirm.delete(id)) {
+              return
+            }
+            if (error) {
+              // amqplib fails every confirm still awaited when the channel closes: the broker
+              // did not refuse those, unless it closed the channel for a message's size
+              // (`refusedWith` heard it first), which the message's own size tells.
+              return failWith(
+                error.message !== "channel closed"
+                  ? "nacked"
+                  : body.byteLength > maxBytes
+                  ? "too_large"
+                  : "closed",
+              )
+            }
+            // Returns are rare: an empty set is not asked, as hashing the new id string for the
+            // lookup is a call into the runtime on every confirm.
+            if (returned.size !== 0 && returned.delete(messageId)) {
+              return failWith("returned")
+            }
+            done(undefined)
+          },
+        )
+      } catch {
+        awaitingConfirm.delete(id)
+        failWith("closed")
+      }
+    }
+
+    // No canceler: an interrupted publish leaves its entry to its confirm or to the sweeper, whose
+    // late resume the interrupted fiber ignores. A canceler would wrap every publish in an
+    // interruption handler, the costliest steps of a publish.
     const publish: Confirms["publish"] = (on, body, type, headers, stableId) =>
-      Effect.callback<void, PublishError>((resume) => {
-        if (body.byteLength > maxBytes) {
-          return resume(Effect.fail(new PublishError({ reason: "too_large", messageType: type })))
-        }
-        const { publisher, returned } = on
-        const id = ++sequence
-        // A return names the message by its id: the broker returns a message before it confirms
-        // it, so a copy's return is read by that copy's confirm.
-        const messageId = stableId ?? `${id}`
-        const failWith = (reason: PublishError["reason"]) =>
-          resume(Effect.fail(new PublishError({ reason, messageType: type })))
-        const publishedAt = clock.currentTimeMillisUnsafe()
-        awaitingConfirm.set(id, {
-          publishedAt,
-          deadline: publishedAt + confirmMillis,
-          on,
-          expire: () => failWith("timeout"),
-        })
-        try {
-          publisher.publish(
-            "",
-            outQueue,
-            Buffer.from(body.buffer, body.byteOffset, body.byteLength),
-            {
-              persistent: true,
-              contentType: "application/json",
-              type,
-              mandatory: true,
-              messageId,
-              headers,
-            },
-            (error) => {
-              if (!awaitingConfirm.delete(id)) {
-                return
-              }
-              if (error) {
-                // amqplib fails every confirm still awaited when the channel closes: the
-                // broker did not refuse those, unless it closed the channel for a message's
-                // size (`refusedWith` heard it first), which the message's own size tells.
-                return failWith(
-                  error.message !== "channel closed"
-                    ? "nacked"
-                    : body.byteLength > maxBytes
-                    ? "too_large"
-                    : "closed",
-                )
-              }
-              // Returns are rare: an empty set is not asked, as hashing the new id string for
-              // the lookup is a call into the runtime on every confirm.
-              if (returned.size !== 0 && returned.delete(messageId)) {
-                return failWith("returned")
-              }
-              resume(Effect.void)
-            },
-          )
-        } catch {
-          awaitingConfirm.delete(id)
-          failWith("closed")
-        }
-        // No canceler: an interrupted publish leaves its entry to its confirm or to the sweeper,
-        // whose late resume the interrupted fiber ignores. A canceler would wrap every publish
-        // in an interruption handler, the costliest steps of a publish.
+      Effect.callback<void, PublishError>((resume) =>
+        start(on, body, type, headers, stableId, (failure) =>
+          resume(failure === undefined ? Effect.void : Effect.fail(failure)))
+      )
+
+    const send: Confirms["send"] = (on, body, type, headers, stableId) =>
+      Effect.sync(() => {
+        const confirm = new Confirm()
+        start(on, body, type, headers, stableId, confirm.settle)
+        return confirm.await
       })
 
-    return { track, refusedWith, publish }
+    return { track, refusedWith, publish, send }
   })

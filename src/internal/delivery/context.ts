@@ -12,13 +12,14 @@ import type { LeaseRenewal } from "../../LeaseRenewal.ts"
 import type { ProgressThrottle } from "../../ProgressThrottle.ts"
 import type { WorkerSettings } from "../../Settings.ts"
 import type { TaskInfo, TaskLogger } from "../../TaskContext.ts"
-import type { Delivery, Transport } from "../../Transport.ts"
+import type { MessageType } from "../../Protocol.ts"
+import type { Delivery, PublishOptions, Transport } from "../../Transport.ts"
 import type { Worker } from "../../WorkerDefinition.ts"
-import type { MissingServiceError } from "../../WorkerError.ts"
+import type { MissingServiceError, PublishError } from "../../WorkerError.ts"
 import type { OutputGate } from "./outputGate.ts"
 import type { TaskRef } from "./decide.ts"
 import type { Timers } from "./timers.ts"
-import type { DeliveryTrace, Tracing } from "./tracing.ts"
+import type { DeliveryTrace, PublishTrace, Tracing } from "./tracing.ts"
 
 /** The steps of a delivery, run by delegation (`yield*`) inside its one `Effect.gen`. */
 export type Steps<A> = Generator<Effect.Effect<any, never, never>, A, any>
@@ -39,6 +40,29 @@ export interface DeliveryFiber {
 }
 
 /**
+ * A message to publish for the delivery, and how long it may be held for it; the options the
+ * transport takes itself (its id, a traced delivery's `traceparent` header), so that a publish
+ * makes no object of its own.
+ */
+export interface Outgoing extends PublishOptions {
+  readonly body: Uint8Array
+  readonly type: MessageType
+  /** Its id: the same for each copy (`messageIdOf`). */
+  readonly messageId: string
+  /** When the retries of a refused publish stop: the lease's time, less what must follow. */
+  readonly deadline: number
+  /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
+  readonly interruptible: boolean
+}
+
+/** `started` sent ahead of its confirm: the message, the wait for its confirm, its span. */
+export interface SentStarted {
+  readonly out: Outgoing
+  readonly confirm: Effect.Effect<void, PublishError>
+  readonly traced: PublishTrace | undefined
+}
+
+/**
  * One delivery in hand, as every step of it sees it: its one record, made once per delivery
  * (`deliver.ts`), and filled in as the steps learn its task, give it a scope, and take, then give
  * back, a slot.
@@ -54,6 +78,8 @@ export interface InHand {
   task: TaskRef | undefined
   /** The task's own scope, while it runs: its handler's resources and its progress channel. */
   scope: Scope.Closeable | undefined
+  /** `started`, sent and not yet confirmed, while the handler runs. */
+  started: SentStarted | undefined
   /** The limiter's ticket of the slot it holds, while it holds one. */
   ticket: number | undefined
   /** How the handler ended, and how long it ran (ms), for the adaptive policy. */

@@ -25,7 +25,7 @@ import {
 } from "./decide.ts"
 import { enterDelivery } from "./fiberContext.ts"
 import { runHandler } from "./run.ts"
-import { logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
+import { confirmStarted, logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
 
 /**
@@ -126,7 +126,8 @@ function* planDelivery<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand): Steps<
 
 /**
  * Steps 4 to 6 of a task that may run, up to its plan: a slot (the worker's limit), `started`,
- * the handler, and what its verdict comes to.
+ * the handler, what its verdict comes to, and `started`'s confirm (sent ahead of it, the handler
+ * ran while it was on the way).
  */
 function* runTask<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand, start: Start<A>): Steps<Plan> {
   const interrupted = yield* takeSlot(ctx, it)
@@ -142,7 +143,12 @@ function* runTask<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand, start: Start
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
   // handler still runs.
   if (it.runaway === undefined) yield* releaseSlot(ctx, it)
-  return afterHandler(verdict, start.task, ctx.settings, ctx.encodeOutput)
+  const plan = afterHandler(verdict, start.task, ctx.settings, ctx.encodeOutput)
+  // `started`, if sent ahead of its confirm, is confirmed before anything else of the task.
+  const unconfirmed = yield* confirmStarted(ctx, it, start.task)
+  return unconfirmed === undefined || plan._tag === "Fenced"
+    ? plan
+    : { ...unconfirmed, note: plan.note }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,6 +170,7 @@ const inHand = <A, O, R>(
     trace: ctx.tracing === undefined ? undefined : traceOf(ctx.tracing, delivery),
     task: undefined,
     scope: undefined,
+    started: undefined,
     ticket: undefined,
     end: undefined,
     took: undefined,

@@ -80,6 +80,7 @@ const interruptSelf = (df: DeliveryFiber): void =>
  */
 const progressOf = <A, O, R>(
   ctx: EngineContext<A, O, R>,
+  it: InHand,
   task: Task,
   lease: Lease,
   taskScope: Scope.Closeable,
@@ -92,6 +93,8 @@ const progressOf = <A, O, R>(
         isLost: lease.isLost,
         attempt: task.attempt,
         deliveryId: task.deliveryId,
+        // `started` first, when it was sent ahead of its confirm: refused, no progress follows.
+        after: it.started?.confirm,
       })
       return Scope.provide(opening, taskScope).pipe(
         Effect.flatMap((opened) => {
@@ -130,7 +133,7 @@ export function* runHandler<A, O, R>(
       deadline: startedAt + ctx.timeoutMillis,
       workerId: ctx.workerId,
     },
-    progressOf(ctx, task, lease, taskScope),
+    progressOf(ctx, it, task, lease, taskScope),
     ctx.loggerFor,
   )
   let running = true

@@ -10,13 +10,13 @@
  */
 import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
 import type * as Decision from "../../Decision.ts"
-import { encodeMessageText, type MessageType } from "../../Protocol.ts"
+import { encodeMessageText } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
-import type { Lease, PublishOptions } from "../../Transport.ts"
-import type { LeaseLost, TransportError } from "../../WorkerError.ts"
+import type { Lease } from "../../Transport.ts"
+import type { LeaseLost, PublishError, TransportError } from "../../WorkerError.ts"
 import * as WorkerMetrics from "../../WorkerMetrics.ts"
 import { encodeUtf8 } from "../codec/utf8.ts"
-import type { EngineContext, InHand, Steps } from "./context.ts"
+import type { EngineContext, InHand, Outgoing, Steps } from "./context.ts"
 import {
   backoffMillis,
   fenced,
@@ -123,22 +123,6 @@ const hold = <A, O, R>(
 }
 
 /**
- * A message to publish for the delivery, and how long it may be held for it; the options the
- * transport takes itself (its id, a traced delivery's `traceparent` header), so that a publish
- * makes no object of its own.
- */
-export interface Outgoing extends PublishOptions {
-  readonly body: Uint8Array
-  readonly type: MessageType
-  /** Its id: the same for each copy (`messageIdOf`). */
-  readonly messageId: string
-  /** When the retries of a refused publish stop: the lease's time, less what must follow. */
-  readonly deadline: number
-  /** Whether a shutdown may cut the publish short (`started`), or only its retries' waits. */
-  readonly interruptible: boolean
-}
-
-/**
  * Publishes `out`, holding the delivery through refusals: a refused publish closes the output
  * gate and is retried after a capped, jittered backoff (at once when another publish is
  * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
@@ -149,13 +133,21 @@ function* publishTries<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
   out: Outgoing,
+  sent?: Effect.Effect<void, PublishError>,
 ): Steps<Publication> {
-  let tries = !ctx.gate.refusing
+  let tries = sent !== undefined || !ctx.gate.refusing
   for (let waits = 1;; waits++) {
     if (tries) {
-      if (it.delivery.lease.isLost()) return "lost"
-      const publish = ctx.transport.publish(out.body, out.type, out)
-      const published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
+      let published: Exit.Exit<void, PublishError>
+      if (sent !== undefined) {
+        // The first try was sent ahead of its confirm: its answer is awaited here.
+        published = yield* Effect.exit(sent)
+        sent = undefined
+      } else {
+        if (it.delivery.lease.isLost()) return "lost"
+        const publish = ctx.transport.publish(out.body, out.type, out)
+        published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
+      }
       if (Exit.isSuccess(published)) {
         const opened = ctx.gate.accepted()
         if (opened !== undefined) yield* opened
@@ -199,9 +191,25 @@ export function* publishHeld<A, O, R>(
   return published
 }
 
+/** `started` of `task`, to publish within the time the lease leaves the handler. */
+const startedOf = <A, O, R>(ctx: EngineContext<A, O, R>, it: InHand, task: Task): Outgoing => ({
+  body: encodeUtf8(
+    Result.getOrThrow(
+      encodeMessageText({ type: "started", task_id: task.taskId, hostname: ctx.settings.hostname }),
+    ),
+  ),
+  type: "started",
+  messageId: messageIdOf(task, "started"),
+  deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
+  interruptible: true,
+})
+
 /**
- * Step 4: `started`, confirmed, unless the lease is already gone; `undefined` when the task may
- * run. The handler must still fit in the lease once `started` is out.
+ * Step 4: `started`, unless the lease is already gone; `undefined` when the task may run. Where
+ * the transport can send ahead of the confirm, the handler runs while the confirm is on the way,
+ * which {@link confirmStarted} awaits before anything else of the task is published or settled;
+ * otherwise, and while the output refuses, `started` is held through the refusals and confirmed
+ * first. The handler must still fit in the lease once `started` is out.
  */
 export function* publishStarted<A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -209,18 +217,39 @@ export function* publishStarted<A, O, R>(
   task: Task,
 ): Steps<Plan | undefined> {
   if (it.delivery.lease.isLost()) return fenced(task, "lease_lost")
-  const started = encodeMessageText({
-    type: "started",
-    task_id: task.taskId,
-    hostname: ctx.settings.hostname,
-  })
-  const published = yield* publishHeld(ctx, it, {
-    body: encodeUtf8(Result.getOrThrow(started)),
-    type: "started",
-    messageId: messageIdOf(task, "started"),
-    deadline: it.takenAt + ctx.holdMillis - ctx.timeoutMillis,
-    interruptible: true,
-  })
+  let out = startedOf(ctx, it, task)
+  const send = ctx.transport.publish.send
+  if (send === undefined || ctx.gate.refusing) {
+    return yield* startedPlan(task, yield* publishHeld(ctx, it, out))
+  }
+  const traced = it.trace?.publish("started", task.taskId)
+  const headers = traced?.options?.headers
+  if (headers !== undefined) out = { ...out, headers }
+  it.started = { out, confirm: yield* send(out.body, out.type, out), traced }
+  return undefined
+}
+
+/**
+ * The end of step 4 for a `started` sent ahead of its confirm: the confirm awaited (come while
+ * the handler ran, as a rule) and, refused, `started` held through the refusals as any publish,
+ * within the lease's whole time now that the handler has run. `undefined` when it is confirmed.
+ */
+export function* confirmStarted<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  task: Task,
+): Steps<Plan | undefined> {
+  const sent = it.started
+  if (sent === undefined) return undefined
+  it.started = undefined
+  const out = { ...sent.out, deadline: it.takenAt + ctx.holdMillis, interruptible: false }
+  const published = yield* publishTries(ctx, it, out, sent.confirm)
+  if (sent.traced !== undefined) it.trace?.endPublish(sent.traced, published)
+  return yield* startedPlan(task, published)
+}
+
+/** What a publish of `started` comes to: the task runs (`undefined`), or the plan that ends it. */
+function* startedPlan(task: Task, published: Publication): Steps<Plan | undefined> {
   switch (published) {
     case "published":
       return undefined

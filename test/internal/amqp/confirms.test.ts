@@ -52,6 +52,25 @@ describe("Confirms", () => {
       yield* Fiber.join(fiber)
     }))
 
+  it.effect("a message sent ahead is on the channel at once; its confirm, awaited before or after it comes, by any number of waiters", () =>
+    Effect.gen(function* () {
+      const { channel, confirms, on } = yield* publishing
+      const early = yield* confirms.send(on, body, "started", undefined, "t-1:1:d:started")
+      expect(channel.published).toHaveLength(1)
+      expect(channel.published[0]!.options?.messageId).toBe("t-1:1:d:started")
+      const waiting = yield* Effect.forkChild(early)
+      yield* eventually(() => true)
+      expect(waiting.pollUnsafe()).toBeUndefined()
+      channel.published[0]!.confirm(null)
+      yield* Fiber.join(waiting)
+      yield* early
+      const refused = yield* confirms.send(on, body, "started")
+      channel.published[1]!.confirm(new Error("message nacked"))
+      const error = yield* Effect.flip(refused)
+      expect(error).toEqual(new PublishError({ reason: "nacked", messageType: "started" }))
+      expect(yield* Effect.flip(refused)).toEqual(error)
+    }))
+
   it.effect("a publish the broker nacks fails as nacked", () =>
     Effect.gen(function* () {
       const { publish } = yield* publishing
