@@ -7,7 +7,7 @@ import type { Transport } from "../src/Transport.ts"
 import { PublishError } from "../src/WorkerError.ts"
 import * as WorkerMetrics from "../src/WorkerMetrics.ts"
 import { textOf } from "./support/builders.ts"
-import { settle } from "./support/logs.ts"
+import { settle, withLogs } from "./support/logs.ts"
 
 interface Sent {
   /** TestClock time of the publish, in milliseconds. */
@@ -47,7 +47,13 @@ const makePublisher = () => {
   }
 }
 
-type DropReason = "invalid" | "regressed" | "superseded" | "concluded" | "publish_failed"
+type DropReason =
+  | "invalid"
+  | "regressed"
+  | "superseded"
+  | "concluded"
+  | "publish_failed"
+  | "too_large"
 
 const dropped = (reason: DropReason) =>
   Metric.value(WorkerMetrics.progressDropped(reason)).pipe(Effect.map((state) => state.count))
@@ -282,6 +288,43 @@ describe("ProgressThrottle", () => {
       expect(publisher.timeline()).toEqual([[1000, 0.2]])
       expect(yield* failed).toBe(1)
     }))
+
+  it.effect("a message larger than the output takes is dropped with a warning and counted too_large, whether measured before it is published or refused by the broker; the task's later updates go out", () =>
+    withLogs((logs) =>
+      Effect.gen(function* () {
+        const publisher = makePublisher()
+        const refusing: Transport["Service"]["publish"] = (body, type, options) =>
+          textOf(body).includes("refused")
+            ? Effect.fail(new PublishError({ reason: "too_large", messageType: type }))
+            : publisher.publish(body, type, options)
+        // 200 bytes: a message of a 300-character payload is past it, one of a few bytes is not.
+        const throttle = ProgressThrottle.make("1 second", refusing, 200)
+        const tooLarge = yield* droppedSince("too_large")
+        const failed = yield* droppedSince("publish_failed")
+        const progress = yield* throttle.open("t-big")
+        yield* progress.report(0.1, { text: "x".repeat(300) })
+        yield* settle()
+        // Measured before publishing: nothing sent.
+        expect(publisher.attempts()).toBe(0)
+        expect(yield* tooLarge).toBe(1)
+        // Under the setting, refused by the broker for its size.
+        yield* progress.report(0.2, { text: "refused" })
+        yield* settle()
+        expect(yield* tooLarge).toBe(2)
+        expect(yield* failed).toBe(0)
+        yield* TestClock.adjust("1 second")
+        yield* progress.report(0.3)
+        yield* TestClock.adjust("1 second")
+        expect(publisher.timeline()).toEqual([[1000, 0.3]])
+        expect(
+          logs.lines.filter((l) =>
+            l.level === "Warn" &&
+            l.message === "A progress message larger than the output takes was dropped" &&
+            l.annotations.task_id === "t-big"
+          ),
+        ).toHaveLength(2)
+      })
+    ))
 
   it.effect("numbers a channel's messages in their ids, under its delivery's id, else its own", () =>
     Effect.gen(function* () {

@@ -198,6 +198,90 @@ describe("Thread.handler", () => {
     30_000,
   )
 
+  // Each case's thread dies while a task runs on the other thread of the pool (concurrency 2):
+  // only its own task fails, with the death's code; the neighbour succeeds on its thread, and a
+  // task after them is served. Sequential submits elsewhere in this file cannot show "alone".
+  it.live.each([
+    ["exit", "THREAD_EXITED"],
+    ["crash", "THREAD_CRASHED"],
+    // Deno does not stop a thread past its cap (above).
+    ...(process.versions.deno === undefined ? [["hog", "THREAD_OUT_OF_MEMORY"]] : []),
+  ])(
+    "a thread that dies (%s) fails its own task alone, %s; the task on the other thread succeeds",
+    ([text, code]) =>
+      Effect.gen(function* () {
+        const worker = Worker.make({
+          name: "threads",
+          input: Input,
+          output: Output,
+          timeout: "20 seconds",
+          concurrency: 2,
+          handler: Thread.handler<typeof Input.Type, typeof Output.Type>(MODULE, "beside", {
+            maxMemoryMb: 32,
+          }),
+        })
+        yield* Effect.scoped(Effect.gen(function* () {
+          const broker = Context.get(
+            yield* Layer.build(Worker.layerMemory(worker)),
+            MemoryBroker.MemoryBroker,
+          )
+          const publish = (taskId: string, body: object) =>
+            broker.publish(
+              "threads_queue_in",
+              JSON.stringify({ task_id: taskId, data: { message_type: "submission", body } }),
+            ).pipe(Effect.orDie)
+          const out = Effect.map(
+            broker.published("threads_queue_out"),
+            (all) => all.map((m) => JSON.parse(new TextDecoder().decode(m.body))),
+          )
+          const until = (what: string, done: (all: Array<any>) => boolean) =>
+            Effect.gen(function* () {
+              for (let i = 0; i < 500; i++) {
+                const all = yield* out
+                if (done(all)) return all
+                yield* Effect.sleep("20 millis")
+              }
+              throw new Error(`Timed out waiting for ${what}: ${JSON.stringify(yield* out)}`)
+            })
+          const terminalOf = (all: Array<any>, taskId: string) =>
+            all.find((m) =>
+              m.task_id === taskId &&
+              (m.data.message_type === "success" || m.data.message_type === "failure")
+            )
+          yield* publish("t-neighbour", { text: "work", ms: 3_000 })
+          // Its thread computes before the other task is published.
+          yield* until(
+            "the neighbour's start",
+            (all) => all.some((m) => m.task_id === "t-neighbour"),
+          )
+          yield* publish("t-dies", { text })
+          const died = yield* until("the dying task's end", (all) => !!terminalOf(all, "t-dies"))
+          // Concluded while the neighbour still computes, with the death's own code.
+          expect(terminalOf(died, "t-neighbour")).toBeUndefined()
+          expect(terminalOf(died, "t-dies").data).toMatchObject({
+            message_type: "failure",
+            error_message: { code },
+          })
+          const both = yield* until(
+            "the neighbour's end",
+            (all) => !!terminalOf(all, "t-neighbour"),
+          )
+          const neighbour = terminalOf(both, "t-neighbour")
+          expect(neighbour.data).toMatchObject({ message_type: "success", response: { words: 1 } })
+          expect(both.filter((m) => m.task_id === "t-neighbour").map((m) => m.data.message_type))
+            .toEqual(["started", "success"])
+          // The pool serves the next task.
+          yield* publish("t-next", { text: "work", ms: 0 })
+          const next = terminalOf(
+            yield* until("the next task", (all) => !!terminalOf(all, "t-next")),
+            "t-next",
+          )
+          expect(next.data).toMatchObject({ message_type: "success", response: { words: 1 } })
+        }))
+      }).pipe(Effect.provideService(References.MinimumLogLevel, "Error")),
+    60_000,
+  )
+
   it("a relative module path, or an invalid option, is a definition error at once", () => {
     expect(() => Thread.handler("./score.ts")).toThrow(WorkerDefinitionError)
     expect(() => Thread.handler(MODULE, "count", { maxTasks: 0 })).toThrow(/maxTasks/)

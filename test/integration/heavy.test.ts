@@ -4,7 +4,7 @@
  * once, and the tasks in flight beside it keep their leases.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
 import type * as Settings from "../../src/Settings.ts"
 import { logFields } from "../../src/TaskContext.ts"
 import * as Worker from "../../src/Worker.ts"
@@ -227,5 +227,68 @@ describe("heavy tasks on RabbitMQ", () => {
       }
     },
     TIMEOUT,
+  )
+
+  it.runIf(isRabbitMQ4())(
+    "a lease the broker ends (a handler its time limit cannot stop, held past WORKER_CONSUMER_TIMEOUT_S): returned uncounted, counted by the worker as lease_expired, abandoned within the limit; the task behind it succeeds",
+    async () => {
+      // RabbitMQ 4 cancels the consumer at the lease the worker asked (62 s: the least that a 1 s
+      // task timeout, its backoff and 60 s fit under) and returns the message with no
+      // x-delivery-count: before the worker counted it, such a task ran again as attempt 1 for
+      // ever, and the task behind it never ran.
+      const name = uniqueName("expired")
+      const runs = new Map<string, number>()
+      const worker = runWorker(
+        Worker.make({
+          name,
+          input: Schema.Struct({ text: Schema.String }),
+          output: Schema.Struct({ blob: Schema.String }),
+          timeout: "1 second",
+          handler: (_input, ctx) =>
+            Effect.sync(() => runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)).pipe(
+              Effect.andThen(
+                ctx.taskId === "t-held"
+                  ? Effect.uninterruptible(Effect.sleep("63 seconds"))
+                  : Effect.void,
+              ),
+              Effect.as({ blob: "done" }),
+            ),
+        }),
+        QUORUM_VHOST,
+        { consumerTimeout: "62 seconds", deliveryLimit: 2 },
+      )
+      try {
+        await broker.waitForQueues(name)
+        broker.publish(`${name}_queue_in`, broker.envelope("t-held", { text: "a" }))
+        broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
+        const out = await broker.readUntil(
+          `${name}_queue_out`,
+          (all) => all.filter(terminal).length === 2,
+          170_000,
+        )
+        const terminals = out.filter(terminal).map((m) => JSON.parse(m.text))
+        expect(terminals.map((m) => [m.task_id, m.data.message_type])).toEqual([
+          ["t-held", "failure"],
+          ["t-after", "success"],
+        ])
+        expect(terminals[0].data.error_message.code).toBe("TASK_ABANDONED_AFTER_REDELIVERIES")
+        expect(Object.fromEntries(runs)).toEqual({ "t-held": 2, "t-after": 1 })
+        const held = decisions(worker.logs).filter((l) => l.includes("task_id=t-held"))
+        expect(held.map((l) => l.slice(0, l.indexOf(" service=")))).toEqual([
+          "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=1/2",
+          "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=2/2 deliveries=2",
+          "Delivery settled: outcome=failure action=conclude code=TASK_ABANDONED_AFTER_REDELIVERIES attempt=3/2 deliveries=3",
+        ])
+        expect(decisions(worker.logs).find((l) => l.includes("task_id=t-after"))).toContain(
+          "outcome=success action=conclude attempt=1/2",
+        )
+        expect(worker.logs.filter((l) => l.startsWith("The broker took the task back after 6")))
+          .toHaveLength(2)
+      } finally {
+        await worker.stop()
+        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+      }
+    },
+    200_000,
   )
 })
