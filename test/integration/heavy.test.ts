@@ -85,7 +85,14 @@ describe("heavy tasks on RabbitMQ", () => {
         )
       }
       // No connection lost, no lease lost.
-      expect(worker.logs.filter((l) => /connection .* was lost|lease/.test(l))).toEqual([])
+      expect(
+        worker.logs.filter((l) =>
+          /connection .* was lost|lease_|lease was lost|took the task back/.test(l)
+        ),
+      ).toEqual([])
+      // RabbitMQ 3.10 ignores the lease the worker asks for: said once, with what makes it so.
+      const lease = worker.logs.filter((l) => l.includes("takes no x-consumer-timeout (3.12"))
+      expect(lease).toHaveLength(isRabbitMQ4() ? 0 : 1)
       await worker.stop()
       expect(await broker.count(`${name}_queue_in`)).toBe(0)
       return worker.logs

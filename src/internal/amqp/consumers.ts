@@ -37,16 +37,37 @@ export interface Consuming {
    * consumes.
    */
   readonly ended: Deferred.Deferred<string>
+  /** The broker's version, as its connection said (`3.10.8`), if it did. */
+  readonly brokerVersion?: string | undefined
 }
 
 /** A new consumer channel, its leases alive. */
 export const consuming = (
   channel: ConsumerChannel,
   ended: Deferred.Deferred<string>,
+  brokerVersion?: string,
 ): Consuming => {
   const leases = new LeaseLoss()
-  return { channel, leases, deliveries: channelDeliveries(channel, leases), ended }
+  return { channel, leases, deliveries: channelDeliveries(channel, leases), ended, brokerVersion }
 }
+
+/** Whether a broker of `version` honours `x-consumer-timeout`: RabbitMQ 3.12 and later do. */
+export const takesConsumerTimeout = (version: string | undefined): boolean => {
+  const match = version === undefined ? null : /^(\d+)\.(\d+)/.exec(version)
+  if (match === null) return true
+  const major = Number(match[1])
+  return major > 3 || (major === 3 && Number(match[2]) >= 12)
+}
+
+/**
+ * What a lease the worker cannot ask for comes to, and the one command that makes it as long as
+ * `WORKER_CONSUMER_TIMEOUT_S`: the broker's own lease, which no client can read.
+ */
+const leaseWarning = (why: string, millis: number, command: string): string =>
+  `${why}: the lease is the broker's own, which the worker cannot read (its node's ` +
+  `consumer_timeout, 30 min unless raised). WORKER_CONSUMER_TIMEOUT_S ` +
+  `(${Math.round(millis / 1000)} s) holds only if that is as long: ${command} ` +
+  "(docs/deployment.md, Leases)"
 
 export interface ConsumersOptions {
   /** The broker URL, for the message of a refused prefetch. */
@@ -133,15 +154,14 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
     // RabbitMQ 4 refuses the argument on a classic queue (406, "invalid arg
     // 'x-consumer-timeout'"): that refusal closes the channel, and every later consumer goes
     // without it, the node's consumer_timeout ruling there.
+    const timeoutMillis = options.consumerTimeout === undefined
+      ? undefined
+      : Duration.toMillis(Duration.fromInputUnsafe(options.consumerTimeout))
     let consumeOptions: Amqp.Options.Consume = {
       noAck: false,
-      ...(options.consumerTimeout === undefined ? {} : {
-        arguments: {
-          "x-consumer-timeout": Duration.toMillis(
-            Duration.fromInputUnsafe(options.consumerTimeout),
-          ),
-        },
-      }),
+      ...(timeoutMillis === undefined
+        ? {}
+        : { arguments: { "x-consumer-timeout": timeoutMillis } }),
     }
     const refusedTimeout = (error: TransportError) =>
       Effect.suspend(() => {
@@ -150,13 +170,37 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
         }
         consumeOptions = { noAck: false }
         return Effect.andThen(
-          Effect.logInfo(
-            `The broker takes no x-consumer-timeout on "${options.inQueue}" (a classic queue on ` +
-              "RabbitMQ 4): the lease is its node's consumer_timeout; consuming without it",
+          Effect.logWarning(
+            leaseWarning(
+              `The broker takes no x-consumer-timeout on "${options.inQueue}" (a classic queue ` +
+                "on RabbitMQ 4), so the worker consumes without it",
+              timeoutMillis!,
+              `rabbitmqctl set_policy -p <vhost> worker-lease '^${options.inQueue}$' ` +
+                `'{"consumer-timeout":${timeoutMillis}}' --apply-to queues (or add the key to ` +
+                "the queue's own policy)",
+            ),
           ),
           Effect.fail(error),
         )
       })
+    /**
+     * A broker older than 3.12 ignores the argument: said once, and the argument dropped, so
+     * that nothing pretends to ask for a lease.
+     */
+    const olderBroker = (target: Consuming): Effect.Effect<void> => {
+      if (consumeOptions.arguments === undefined || takesConsumerTimeout(target.brokerVersion)) {
+        return Effect.void
+      }
+      consumeOptions = { noAck: false }
+      return Effect.logWarning(
+        leaseWarning(
+          `RabbitMQ ${target.brokerVersion} takes no x-consumer-timeout (3.12 and later do)`,
+          timeoutMillis!,
+          `rabbitmqctl eval 'application:set_env(rabbit, consumer_timeout, ${timeoutMillis}).' ` +
+            `on every node, and consumer_timeout = ${timeoutMillis} in their rabbitmq.conf`,
+        ),
+      )
+    }
     let capacity = options.capacity
     let consumers: Array<Consumer> = []
     let consuming: Consuming | undefined
@@ -222,7 +266,8 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
       attach: (target) => {
         consuming = target
       },
-      fill: (target) => resizing.withPermits(1)(resize(target)),
+      fill: (target) =>
+        resizing.withPermits(1)(Effect.andThen(olderBroker(target), resize(target))),
       detach: () => {
         consuming = undefined
         consumers = []

@@ -50,6 +50,8 @@ export interface ConsumerChannelOfSession extends SessionChannel, ConsumerChanne
 
 /** What of amqplib's connection (its `ChannelModel`) a session uses. */
 export interface Connection {
+  /** amqplib's own connection: what the broker said of itself (its version) as it connected. */
+  readonly connection?: { readonly serverProperties?: Readonly<Record<string, unknown>> }
   on(event: string, listener: (...args: Array<any>) => void): unknown
   close(): Promise<void>
   createConfirmChannel(): Promise<PublisherChannel>
@@ -139,10 +141,11 @@ const consumeOn = (
   declaringOut: Effect.Effect<unknown, TransportError>,
   ended: Deferred.Deferred<string>,
   options: SessionOptions,
+  brokerVersion: string | undefined,
 ): Effect.Effect<void, TransportError, Scope.Scope> =>
   Effect.gen(function* () {
     const { consumers, inQueue } = options
-    const target = consuming(channel, ended)
+    const target = consuming(channel, ended, brokerVersion)
     channel.on("error", () => {})
     channel.on("close", (error?: unknown) => {
       target.leases.lose("channel_closed")
@@ -396,7 +399,14 @@ const session = (
       yield* declare(first, options.inQueue)
       yield* declaringOut
     } else {
-      yield* consumeOn(channel, declaringOut, ended, options)
+      const version = connection.connection?.serverProperties?.version
+      yield* consumeOn(
+        channel,
+        declaringOut,
+        ended,
+        options,
+        typeof version === "string" ? version : undefined,
+      )
     }
     options.current.set(publishing.session())
     life.serving = true

@@ -4,6 +4,7 @@ import * as Consumers from "../../../src/internal/amqp/consumers.ts"
 import { Inbox } from "../../../src/internal/transport/inbox.ts"
 import type { Delivery } from "../../../src/Transport.ts"
 import { LeaseLost, TransportError } from "../../../src/WorkerError.ts"
+import { withLogs } from "../../support/logs.ts"
 import { eventually, FakeChannel } from "./fakes.ts"
 
 /** Consumers at `capacity` on a fake channel, filled as a new connection fills them. */
@@ -68,6 +69,40 @@ describe("Consumers", () => {
       yield* consumers.fill(target)
       expect(next.consumers.get("ctag-1")!.options).toEqual({ noAck: false })
     }))
+
+  it.effect("a broker older than 3.12 ignores the consumer timeout: one warning naming the command that makes its lease as long, consumed without the argument", () =>
+    withLogs((logs) =>
+      Effect.gen(function* () {
+        const consumers = yield* Consumers.make({
+          url: "amqp://127.0.0.1/",
+          inQueue: "in",
+          capacity: 2,
+          inbox: new Inbox<Delivery, TransportError>(),
+          consumerTimeout: "31 minutes",
+        })
+        for (const label of ["first", "again"]) {
+          const channel = new FakeChannel(label)
+          const target = Consumers.consuming(channel, yield* Deferred.make<string>(), "3.10.8")
+          consumers.attach(target)
+          yield* consumers.fill(target)
+          expect(channel.consumers.get("ctag-1")!.options).toEqual({ noAck: false })
+          consumers.detach()
+        }
+        const warnings = logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)
+        expect(warnings).toHaveLength(1)
+        expect(warnings[0]).toContain("RabbitMQ 3.10.8 takes no x-consumer-timeout")
+        expect(warnings[0]).toContain("WORKER_CONSUMER_TIMEOUT_S (1860 s)")
+        expect(warnings[0]).toContain(
+          "rabbitmqctl eval 'application:set_env(rabbit, consumer_timeout, 1860000).'",
+        )
+      })
+    ))
+
+  it("tells the brokers that honour x-consumer-timeout (3.12 and later) by their version", () => {
+    expect(["3.10.8", "3.11.28", "3.12.0", "3.13.7", "4.3.6", "unknown", undefined].map(
+      Consumers.takesConsumerTimeout,
+    )).toEqual([false, false, true, true, true, true, true])
+  })
 
   it.effect("a window past AMQP's 16 bits is asked as the largest prefetch", () =>
     Effect.gen(function* () {
