@@ -199,9 +199,11 @@ export class FakeConnection extends EventEmitter {
 
   /**
    * amqplib's connection inside its model: the socket the session destroys to give it up and
-   * reads the bytes of, and the heartbeat agreed (0, none, unless a test sets one).
+   * reads the bytes of, the heartbeat agreed (0, none, unless a test sets one), and what the
+   * broker said of itself (a broker that honours x-consumer-timeout, unless a test says older).
    */
   readonly connection = {
+    serverProperties: { product: "RabbitMQ", version: "4.3.6" } as Record<string, unknown>,
     heartbeat: 0,
     stream: {
       bytesRead: 0,
