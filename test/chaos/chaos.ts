@@ -875,6 +875,10 @@ export const runChaos = async (options: ChaosOptions): Promise<ChaosReport> => {
     // Every fault has struck: the reserve, then the rest of the tasks.
     await publishTasks(url, inQueue, heldBack.map((id) => envelope(id, { id })))
     log(`published the last ${heldBack.length} envelopes held back`)
+    // The wait for a new conclusion starts with them: while the faults struck, every task
+    // published may have concluded long ago, and the stall counted from then would give up on
+    // tasks just published.
+    lastConcludedAt = Math.max(lastConcludedAt, Date.now())
     while (
       concludedCount < expected &&
       Date.now() - lastConcludedAt < stallMs &&

@@ -14,6 +14,7 @@ import * as Probes from "../../src/Probes.ts"
 import * as Worker from "../../src/Worker.ts"
 import { TransportError } from "../../src/WorkerError.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { expectAppServes } from "./effectApp.ts"
 import { sleep } from "../support/waits.ts"
 
 class Database extends Context.Service<Database, {
@@ -117,17 +118,7 @@ describe("the worker inside an Effect app", () => {
           const response = await handler(new Request(`http://app.test${path}`))
           return { status: response.status, text: await response.text() }
         }
-        expect(await get("/hello")).toEqual({ status: 200, text: "hello" })
-        const ready = await get("/worker/ready")
-        expect(ready.status).toBe(200)
-        expect(JSON.parse(ready.text).components).toEqual({
-          broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
-          draining: { status: "ok" },
-          database: { status: "ok" },
-        })
-        const metrics = await get("/worker/metrics")
-        expect(metrics.status).toBe(200)
-        expect(metrics.text).toContain("worker_tasks_in_flight")
+        await expectAppServes(get)
 
         await broker.waitForQueues(name)
         broker.publish(`${name}_queue_in`, broker.envelope("t-first", { id: "first", millis: 1 }))

@@ -40,6 +40,7 @@ import {
 } from "../support/nodes.ts"
 import { checkBuild, ROOT } from "../support/runtimes.ts"
 import { ensureVhosts, platform, QUORUM_VHOST, uniqueName, urlFor } from "./broker.ts"
+import { expectAppServes } from "./effectApp.ts"
 import { pollUntil, sleep } from "../support/waits.ts"
 import { oneLine, show } from "../support/spawned.ts"
 
@@ -327,21 +328,11 @@ describe.runIf(onNode22())("the npm package in a fresh Node project", () => {
               const response = await fetch(`http://127.0.0.1:${port}${path}`)
               return { status: response.status, text: await response.text() }
             }
-            expect(await get("/hello")).toEqual({ status: 200, text: "hello" })
+            await expectAppServes(get)
             expect(await get("/worker/health")).toEqual({
               status: 200,
               text: '{"status":"ok"}',
             })
-            const ready = await get("/worker/ready")
-            expect(ready.status).toBe(200)
-            expect(JSON.parse(ready.text).components).toEqual({
-              broker: { status: "ok", detail: urlFor(QUORUM_VHOST, "***") },
-              draining: { status: "ok" },
-              database: { status: "ok" },
-            })
-            const metrics = await get("/worker/metrics")
-            expect(metrics.status).toBe(200)
-            expect(metrics.text).toContain("worker_tasks_in_flight")
 
             broker.publish(inQueue, broker.envelope("t-first", { id: "first", millis: 1 }))
             await broker.readUntil(outQueue, (all) => all.some((m) => m.type === "success"))
