@@ -1,8 +1,9 @@
 /**
- * Three RabbitMQ nodes of the cluster fault suite's own (`c1@localhost`…), beside the machine's
- * broker and never touching it: each with its own ports, data and log directories, config and
- * env files, an empty plugins file, and a cookie of the suite's own (HOME is a directory of the
- * suite's, holding `.erlang.cookie`). `/usr/lib/rabbitmq/bin/rabbitmq-server` is started directly:
+ * Three RabbitMQ nodes of the cluster fault suite's own (`c1@localhost`…), or as many as a test
+ * asks with a config of its own (a single node whose consumer timeout is seconds), beside the
+ * machine's broker and never touching it: each with its own ports, data and log directories,
+ * config and env files, an empty plugins file, and a cookie of the suite's own (HOME is a
+ * directory of the suite's, holding `.erlang.cookie`). `/usr/lib/rabbitmq/bin/rabbitmq-server` is started directly:
  * Debian's wrapper in /usr/sbin switches to the `rabbitmq` user, and so to the main node's cookie.
  * Every signal the suite sends goes to a pid it started and checked to be one of its nodes.
  */
@@ -17,7 +18,7 @@ const BIN = "/usr/lib/rabbitmq/bin"
 
 /** One node: its name, its AMQP port (127.0.0.1 only), its directory. */
 export interface ClusterNode {
-  /** `c1`, `c2`, `c3`. */
+  /** `c1`, `c2`, `c3` (the prefix and the node's number). */
   readonly label: string
   /** The Erlang node name, `c1@localhost`. */
   readonly name: string
@@ -29,8 +30,16 @@ export interface ClusterNode {
 export interface ClusterOptions {
   /** Where the nodes' directories go; removed by `remove()`. */
   readonly baseDir: string
-  /** The first AMQP port: the nodes take it and the next two (default 5701). */
+  /** The first AMQP port: the nodes take it and the next ones (default 5701). */
   readonly firstPort?: number
+  /** How many nodes (default 3); `start()` joins the others to the first. */
+  readonly count?: number
+  /** The nodes' names' prefix (default `c`: `c1@localhost`…). */
+  readonly prefix?: string
+  /** Lines added to each node's rabbitmq.conf. */
+  readonly config?: ReadonlyArray<string>
+  /** Each node's advanced.config (Erlang terms), for settings rabbitmq.conf has no key for. */
+  readonly advanced?: string
   readonly log?: (line: string) => void
 }
 
@@ -42,12 +51,13 @@ interface Running {
   readonly exited: Promise<void>
 }
 
-/** The config of a node: pause_minority, as production's clusters. */
-const configText = () =>
+/** The config of a node: pause_minority, as production's clusters, and `extra`. */
+const configText = (extra: ReadonlyArray<string>) =>
   [
     "cluster_partition_handling = pause_minority",
     "log.file.level = info",
     "log.console = false",
+    ...extra,
     "",
   ].join("\n")
 
@@ -96,21 +106,26 @@ const isBeamOf = (pid: number, node: ClusterNode): boolean => {
 
 export type Cluster = ReturnType<typeof makeCluster>
 
-/** The three nodes, not started: `start()` starts and joins them. */
+/** The nodes (three unless `count` says), not started: `start()` starts and joins them. */
 export const makeCluster = (options: ClusterOptions) => {
   const log = options.log ?? (() => {})
   const first = options.firstPort ?? 5701
+  const prefix = options.prefix ?? "c"
   const home = join(options.baseDir, "home")
-  const nodes: Array<ClusterNode> = [1, 2, 3].map((n) => ({
-    label: `c${n}`,
-    name: `c${n}@localhost`,
-    amqpPort: first + n - 1,
-    distPort: 25_000 + first + n - 1,
-    dir: join(options.baseDir, `c${n}`),
-  }))
+  const nodes: Array<ClusterNode> = Array.from({ length: options.count ?? 3 }, (_, i) => i + 1)
+    .map((n) => ({
+      label: `${prefix}${n}`,
+      name: `${prefix}${n}@localhost`,
+      amqpPort: first + n - 1,
+      distPort: 25_000 + first + n - 1,
+      dir: join(options.baseDir, `${prefix}${n}`),
+    }))
   const running = new Map<string, Running>()
   /** Nodes the suite stopped with SIGSTOP, to be sent SIGCONT whatever happens. */
   const paused = new Set<string>()
+
+  const writeConfig = (node: ClusterNode, config: ReadonlyArray<string>) =>
+    writeFileSync(join(node.dir, "rabbitmq.conf"), configText(config))
 
   const prepare = () => {
     mkdirSync(home, { recursive: true })
@@ -120,7 +135,10 @@ export const makeCluster = (options: ClusterOptions) => {
     for (const node of nodes) {
       mkdirSync(join(node.dir, "mnesia"), { recursive: true })
       mkdirSync(join(node.dir, "log"), { recursive: true })
-      writeFileSync(join(node.dir, "rabbitmq.conf"), configText())
+      writeConfig(node, options.config ?? [])
+      if (options.advanced !== undefined) {
+        writeFileSync(join(node.dir, "advanced.config"), options.advanced)
+      }
       writeFileSync(join(node.dir, "enabled_plugins"), "[].\n")
       writeFileSync(join(node.dir, "rabbitmq-env.conf"), "")
     }
@@ -200,25 +218,38 @@ export const makeCluster = (options: ClusterOptions) => {
 
   const signal = (node: ClusterNode, sig: NodeJS.Signals) => process.kill(beamOf(node), sig)
 
-  /** SIGKILL of every node VM and script still running: synchronous, for an exit handler too. */
-  const killAllNodes = () => {
-    for (const node of nodes) {
-      const state = running.get(node.name)
-      if (state === undefined) continue
-      if (state.beam !== undefined && isBeamOf(state.beam, node)) {
-        try {
-          process.kill(state.beam, "SIGKILL")
-        } catch {
-          // Gone.
-        }
-      }
+  /** SIGKILL of the node's VM and script if still running: synchronous, for an exit handler too. */
+  const killNode = (node: ClusterNode) => {
+    const state = running.get(node.name)
+    if (state === undefined) return
+    if (state.beam !== undefined && isBeamOf(state.beam, node)) {
       try {
-        if (state.script.pid !== undefined) process.kill(-state.script.pid, "SIGKILL")
+        process.kill(state.beam, "SIGKILL")
       } catch {
         // Gone.
       }
-      running.delete(node.name)
     }
+    try {
+      if (state.script.pid !== undefined) process.kill(-state.script.pid, "SIGKILL")
+    } catch {
+      // Gone.
+    }
+    running.delete(node.name)
+  }
+
+  /** SIGKILL of every node VM and script still running: synchronous, for an exit handler too. */
+  const killAllNodes = () => nodes.forEach(killNode)
+
+  /** `rabbitmqctl stop` of a running node (bounded), then SIGKILL of what is left of it. */
+  const stopNode = async (node: ClusterNode) => {
+    const state = running.get(node.name)
+    if (state === undefined) return
+    await Promise.race([
+      cli("rabbitmqctl", node, ["stop"], 30_000).catch(() => {}),
+      sleep(30_000),
+    ])
+    await Promise.race([state.exited, sleep(5_000)])
+    killNode(node)
   }
 
   return {
@@ -229,22 +260,32 @@ export const makeCluster = (options: ClusterOptions) => {
     nodeOf: (name: string) => nodes.find((n) => n.name === name),
     isRunning: (node: ClusterNode) => running.has(node.name),
 
-    /** Starts the three nodes, then joins c2 and c3 to c1. */
+    /** Starts the nodes, then joins the others (c2 and c3) to the first (c1). */
     start: async () => {
       prepare()
       await Promise.all(nodes.map(boot))
       log(`nodes ${nodes.map((n) => `${n.name}:${n.amqpPort}`).join(", ")} up`)
+      if (nodes.length === 1) return
       for (const node of nodes.slice(1)) {
         await ctl(node, "stop_app")
         await ctl(node, "join_cluster", nodes[0]!.name)
         await ctl(node, "start_app")
       }
-      await ctl(nodes[0]!, "await_online_nodes", "3")
-      log("joined: c2 and c3 to c1")
+      await ctl(nodes[0]!, "await_online_nodes", String(nodes.length))
+      log(`joined: ${nodes.slice(1).map((n) => n.label).join(" and ")} to ${nodes[0]!.label}`)
     },
 
-    /** Starts a node again after a kill: it rejoins its cluster from its data directory. */
-    restart: (node: ClusterNode) => boot(node),
+    /**
+     * Starts a node again after a kill or a stop: it rejoins its cluster from its data directory,
+     * with `config` in its rabbitmq.conf in place of the options' lines if given.
+     */
+    restart: (node: ClusterNode, config?: ReadonlyArray<string>) => {
+      if (config !== undefined) writeConfig(node, config)
+      return boot(node)
+    },
+
+    /** Stops the node as `stopAll` does (not paused): its data kept for a restart. */
+    stop: stopNode,
 
     /** SIGKILL of the node's VM: a crash. Resolves once its script has ended too. */
     kill: async (node: ClusterNode) => {
@@ -279,16 +320,7 @@ export const makeCluster = (options: ClusterOptions) => {
         }
       }
       paused.clear()
-      await Promise.all(
-        nodes.filter((n) => running.has(n.name)).map(async (node) => {
-          const state = running.get(node.name)!
-          await Promise.race([
-            cli("rabbitmqctl", node, ["stop"], 30_000).catch(() => {}),
-            sleep(30_000),
-          ])
-          await Promise.race([state.exited, sleep(5_000)])
-        }),
-      )
+      await Promise.all(nodes.map(stopNode))
       killAllNodes()
     },
 

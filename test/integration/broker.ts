@@ -97,9 +97,12 @@ const toOut = (message: amqp.GetMessage): OutMessage => ({
   messageId: message.properties.messageId,
 })
 
-/** The platform's side: publishes envelopes, reads the output queue, inspects and cleans up. */
-export const platform = async (vhost: string) => {
-  const connection = await amqp.connect(urlFor(vhost))
+/**
+ * The platform's side: publishes envelopes, reads the output queue, inspects and cleans up; on
+ * `vhost` of the broker under test, or of the broker `url` names (a test's own node).
+ */
+export const platform = async (vhost: string, url: string = urlFor(vhost)) => {
+  const connection = await amqp.connect(url)
   // A confirm channel: what `publish` sends is on the broker once `close` (or `confirmed`) returns.
   const channel = await connection.createConfirmChannel()
   const waitForQueue = async (queue: string, ms = 20_000) => {

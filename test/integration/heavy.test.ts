@@ -6,7 +6,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Effect, Schema } from "effect"
 import type * as Settings from "../../src/Settings.ts"
-import { logFields } from "../../src/TaskContext.ts"
 import * as Worker from "../../src/Worker.ts"
 import {
   ensureVhosts,
@@ -17,6 +16,7 @@ import {
   terminal,
   uniqueName,
 } from "./broker.ts"
+import { heldTask, longTask } from "./longTasks.ts"
 import { decisions, runWorker } from "./worker.ts"
 import { sleep } from "../support/waits.ts"
 
@@ -120,75 +120,10 @@ describe("heavy tasks on RabbitMQ", () => {
     TIMEOUT,
   )
 
-  /**
-   * `t-long` works `seconds`; the others answer at once. What a library logging after the long
-   * wait would find (`TaskContext.logFields`), and the time its deadline had left, go to `after`.
-   */
-  const long = (
-    name: string,
-    seconds: number,
-    runs: Map<string, number>,
-    after: Map<string, { fields: object; left: number }> = new Map(),
-  ) =>
-    Worker.make({
-      name,
-      input: Schema.Struct({ text: Schema.String }),
-      output: Schema.Struct({ blob: Schema.String }),
-      timeout: "30 seconds",
-      handler: async (_input, ctx) => {
-        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1)
-        if (ctx.taskId === "t-long") {
-          await sleep(seconds * 1000)
-        }
-        after.set(ctx.taskId, { fields: logFields(), left: ctx.deadline - Date.now() })
-        return { blob: "done" }
-      },
-    })
-
-  /**
-   * A task `seconds` long and one behind it, on a worker whose `WORKER_CONSUMER_TIMEOUT_S` is 120 s
-   * (the task's timeout, the backoff and 60 s fit): each concluded once, attempt 1.
-   */
-  const longTask = async (name: string, seconds: number) => {
-    const runs = new Map<string, number>()
-    const after = new Map<string, { fields: object; left: number }>()
-    const worker = runWorker(long(name, seconds, runs, after), QUORUM_VHOST, {
-      consumerTimeout: "120 seconds",
-    })
-    try {
-      await broker.waitForQueues(name)
-      broker.publish(`${name}_queue_in`, broker.envelope("t-long", { text: "a" }))
-      broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
-      const out = await broker.readUntil(
-        `${name}_queue_out`,
-        (all) => all.filter(terminal).length === 2,
-        (seconds + 30) * 1000,
-      )
-      expect(out.filter(terminal).map((m) => [JSON.parse(m.text).task_id, m.type])).toEqual([
-        ["t-long", "success"],
-        ["t-after", "success"],
-      ])
-      expect(Object.fromEntries(runs)).toEqual({ "t-long": 1, "t-after": 1 })
-      // After its long wait the task still finds its own fields, and its deadline moved on.
-      expect(after.get("t-long")!.fields).toEqual({ task_id: "t-long", service: name, attempt: 1 })
-      expect(after.get("t-long")!.left).toBeLessThanOrEqual((30 - seconds) * 1000)
-      expect(after.get("t-long")!.left).toBeGreaterThan(0)
-      const lines = decisions(worker.logs)
-      expect(lines).toHaveLength(2)
-      for (const line of lines) {
-        expect(line).toContain("outcome=success action=conclude attempt=1/5")
-      }
-      expect(worker.logs.filter((l) => /lease_|lost|cancelled the consumer/.test(l))).toEqual([])
-    } finally {
-      await worker.stop()
-      await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
-    }
-  }
-
   it(
     "an 8 s task on either broker: concluded once, its log fields found after its long wait, its deadline counted down",
     async () => {
-      await longTask(uniqueName("long"), 8)
+      await longTask(broker, QUORUM_VHOST, uniqueName("long"), 8)
     },
     TIMEOUT,
   )
@@ -208,7 +143,7 @@ describe("heavy tasks on RabbitMQ", () => {
         "queues",
       )
       try {
-        await longTask(name, 8)
+        await longTask(broker, QUORUM_VHOST, name, 8)
       } finally {
         rabbitmqctl("clear_policy", "-p", QUORUM_VHOST, name)
       }
@@ -223,7 +158,7 @@ describe("heavy tasks on RabbitMQ", () => {
       const restore = /^\{ok,(\d+)\}$/.exec(before)?.[1]
       rabbitmqctl("eval", "application:set_env(rabbit, consumer_timeout, 4000).")
       try {
-        await longTask(uniqueName("lease-default"), 12)
+        await longTask(broker, QUORUM_VHOST, uniqueName("lease-default"), 12)
       } finally {
         rabbitmqctl(
           "eval",
@@ -243,11 +178,12 @@ describe("heavy tasks on RabbitMQ", () => {
       // task timeout, its backoff and 60 s fit under) and returns the message with no
       // x-delivery-count: before the worker counted it, such a task ran again as attempt 1 for
       // ever, and the task behind it never ran.
-      const name = uniqueName("expired")
       const runs = new Map<string, number>()
-      const worker = runWorker(
+      const { held, logs } = await heldTask(
+        broker,
+        QUORUM_VHOST,
         Worker.make({
-          name,
+          name: uniqueName("expired"),
           input: Schema.Struct({ text: Schema.String }),
           output: Schema.Struct({ blob: Schema.String }),
           timeout: "1 second",
@@ -261,40 +197,17 @@ describe("heavy tasks on RabbitMQ", () => {
               Effect.as({ blob: "done" }),
             ),
         }),
-        QUORUM_VHOST,
         { consumerTimeout: "62 seconds", deliveryLimit: 2 },
+        170_000,
       )
-      try {
-        await broker.waitForQueues(name)
-        broker.publish(`${name}_queue_in`, broker.envelope("t-held", { text: "a" }))
-        broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
-        const out = await broker.readUntil(
-          `${name}_queue_out`,
-          (all) => all.filter(terminal).length === 2,
-          170_000,
-        )
-        const terminals = out.filter(terminal).map((m) => JSON.parse(m.text))
-        expect(terminals.map((m) => [m.task_id, m.data.message_type])).toEqual([
-          ["t-held", "failure"],
-          ["t-after", "success"],
-        ])
-        expect(terminals[0].data.error_message.code).toBe("TASK_ABANDONED_AFTER_REDELIVERIES")
-        expect(Object.fromEntries(runs)).toEqual({ "t-held": 2, "t-after": 1 })
-        const held = decisions(worker.logs).filter((l) => l.includes("task_id=t-held"))
-        expect(held.map((l) => l.slice(0, l.indexOf(" service=")))).toEqual([
-          "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=1/2",
-          "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=2/2 deliveries=2",
-          "Delivery settled: outcome=failure action=conclude code=TASK_ABANDONED_AFTER_REDELIVERIES attempt=3/2 deliveries=3",
-        ])
-        expect(decisions(worker.logs).find((l) => l.includes("task_id=t-after"))).toContain(
-          "outcome=success action=conclude attempt=1/2",
-        )
-        expect(worker.logs.filter((l) => l.startsWith("The broker took the task back after 6")))
-          .toHaveLength(2)
-      } finally {
-        await worker.stop()
-        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
-      }
+      expect(Object.fromEntries(runs)).toEqual({ "t-held": 2, "t-after": 1 })
+      expect(held).toEqual([
+        "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=1/2",
+        "Delivery settled: outcome=cancelled action=nack-requeue reason=lease_expired attempt=2/2 deliveries=2",
+        "Delivery settled: outcome=failure action=conclude code=TASK_ABANDONED_AFTER_REDELIVERIES attempt=3/2 deliveries=3",
+      ])
+      expect(logs.filter((l) => l.startsWith("The broker took the task back after 6")))
+        .toHaveLength(2)
     },
     200_000,
   )
