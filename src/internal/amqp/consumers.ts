@@ -197,7 +197,8 @@ export const make = (options: ConsumersOptions): Effect.Effect<Consumers> =>
           `RabbitMQ ${target.brokerVersion} takes no x-consumer-timeout (3.12 and later do)`,
           timeoutMillis!,
           `rabbitmqctl eval 'application:set_env(rabbit, consumer_timeout, ${timeoutMillis}).' ` +
-            `on every node, and consumer_timeout = ${timeoutMillis} in their rabbitmq.conf`,
+            `on every node, then restart the workers, and consumer_timeout = ${timeoutMillis} ` +
+            "in their rabbitmq.conf",
         ),
       )
     }
