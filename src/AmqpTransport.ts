@@ -142,13 +142,17 @@ export const make = (
           : Effect.flatMap(nextSession, (next) => publishOn(next, body, type, headers, messageId))
       })
 
-    // Connected, a message is sent at once; between sessions, it waits for its confirm first.
+    // Connected, a message is sent at once; between sessions, it is refused as lost with its
+    // connection, which the engine holds through as any refusal (its waits watch the lease and a
+    // shutdown, where a wait for the next session here would not).
     const send: NonNullable<Transport["Service"]["publish"]["send"]> = (body, type, options) =>
       Effect.suspend(() => {
         const session = current.now
         return session !== undefined
           ? confirms.send(session, body, type, options?.headers, options?.messageId)
-          : Effect.exit(publishConfirmed(body, type, options))
+          : Effect.succeed(
+            Effect.fail(new PublishError({ reason: "closed", messageType: type })),
+          )
       })
     const publish = Object.assign(publishConfirmed, { send })
 

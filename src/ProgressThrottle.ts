@@ -161,7 +161,9 @@ export const make = (
         const send = Effect.gen(function* () {
           if (!(yield* cleared)) {
             sending = false
-            return
+            if (held === undefined) return
+            held = undefined
+            return yield* drop("publish_failed")
           }
           for (;;) {
             const wait = lastSentAt + intervalMillis - (yield* Clock.currentTimeMillis)
@@ -207,6 +209,8 @@ export const make = (
                 )
             }
             if (utf8Exceeds(encoded.success, maxBytes)) return tooLarge(taskId)
+            // `started` was refused: nothing of this delivery's progress may follow it.
+            if (after === undefined && !mayPublish) return drop("publish_failed")
             highest = fraction
             const superseded = held !== undefined
             held = encodeUtf8(encoded.success)

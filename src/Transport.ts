@@ -152,9 +152,9 @@ export const isLive = (status: ConnectionStatus): boolean =>
  * engine sends `started` so, and runs the handler while the confirm is on the way. Messages sent
  * and published keep their order. `send` is the publish function's own, so that a wrapper which
  * replaces `publish` (`{ ...transport, publish }`) sees every message: without `send`, `started`
- * is confirmed before the handler runs. Since 0.3.0.
+ * is confirmed before the handler runs.
  *
- * @since 0.1.0
+ * @since 0.3.0
  * @category models
  */
 export interface Publish {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, type Duration, Effect, Fiber, Metric } from "effect"
+import { Clock, Deferred, type Duration, Effect, Fiber, Metric } from "effect"
 import { TestClock } from "effect/testing"
 import vectors from "../../shared/protocol/vectors.json" with { type: "json" }
 import * as ProgressThrottle from "../src/ProgressThrottle.ts"
@@ -82,6 +82,32 @@ describe("ProgressThrottle", () => {
         text: `{"task_id":"t-1","data":{"message_type":"progress","progress":0.25}}`,
         message: { task_id: "t-1", data: { message_type: "progress", progress: 0.25 } },
       }])
+    }))
+
+  it.effect("with `after`: holds the latest update until it succeeds, then sends it; drops and counts every update once it failed", () =>
+    Effect.gen(function* () {
+      const { publisher, throttle } = setup()
+      const confirmed = yield* Deferred.make<void>()
+      const waiting = yield* throttle.open("t-after", { after: Deferred.await(confirmed) })
+      yield* waiting.report(0.25)
+      yield* waiting.report(0.5)
+      yield* TestClock.adjust("5 seconds")
+      expect(publisher.sent).toEqual([])
+      yield* Deferred.succeed(confirmed, undefined)
+      yield* settle()
+      expect(publisher.sent.map((m) => m.message.data.progress)).toEqual([0.5])
+
+      const failed = yield* droppedSince("publish_failed")
+      const refused = yield* Deferred.make<void, PublishError>()
+      const dropping = yield* throttle.open("t-refused", { after: Deferred.await(refused) })
+      yield* dropping.report(0.25)
+      yield* Deferred.fail(refused, new PublishError({ reason: "nacked", messageType: "started" }))
+      yield* settle()
+      yield* dropping.report(0.5)
+      yield* dropping.report(0.75)
+      yield* dropping.close
+      expect(publisher.sent.map((m) => m.message.task_id)).toEqual(["t-after"])
+      expect(yield* failed).toBe(3)
     }))
 
   it.effect("holds updates within the interval and sends only the latest when it ends", () =>

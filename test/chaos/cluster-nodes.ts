@@ -3,8 +3,9 @@
  * asks with a config of its own (a single node whose consumer timeout is seconds), beside the
  * machine's broker and never touching it: each with its own ports, data and log directories,
  * config and env files, an empty plugins file, and a cookie of the suite's own (HOME is a
- * directory of the suite's, holding `.erlang.cookie`). `/usr/lib/rabbitmq/bin/rabbitmq-server` is started directly:
- * Debian's wrapper in /usr/sbin switches to the `rabbitmq` user, and so to the main node's cookie.
+ * directory of the suite's, holding `.erlang.cookie`). `/usr/lib/rabbitmq/bin/rabbitmq-server`
+ * is started directly: Debian's wrapper in /usr/sbin switches to the `rabbitmq` user, and so to
+ * the main node's cookie.
  * Every signal the suite sends goes to a pid it started and checked to be one of its nodes.
  */
 import { type ChildProcess, execFile, spawn } from "node:child_process"

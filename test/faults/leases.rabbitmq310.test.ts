@@ -82,7 +82,7 @@ afterAll(async () => {
 describe("leases on RabbitMQ 3.10, its consumer_timeout scaled down", () => {
   /**
    * `t-held` (10 s, past the node's 4 s lease) and `t-after` behind it, on a worker with the
-   * default WORKER_CONSUMER_TIMEOUT_S (30 minutes: asked, and ignored by 3.10) and
+   * default WORKER_CONSUMER_TIMEOUT_S (30 minutes, which 3.10 cannot be asked for) and
    * WORKER_DELIVERY_LIMIT=3: `t-held` abandoned once, `t-after` a success (`heldTask`); `t-held`'s
    * runs and decision lines. Its handler stops at its signal (a lost lease fires it) if
    * `stopsAtSignal`, as the docs ask of an async handler; else it keeps its slot for its 10 s.

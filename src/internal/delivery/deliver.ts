@@ -25,7 +25,14 @@ import {
 } from "./decide.ts"
 import { enterDelivery } from "./fiberContext.ts"
 import { runHandler } from "./run.ts"
-import { confirmStarted, logBroken, publishStarted, requeueDelivery, settle } from "./settle.ts"
+import {
+  abandonStarted,
+  confirmStarted,
+  logBroken,
+  publishStarted,
+  requeueDelivery,
+  settle,
+} from "./settle.ts"
 import { DeliveryTrace } from "./tracing.ts"
 
 /**
@@ -143,12 +150,12 @@ function* runTask<A, O, R>(ctx: EngineContext<A, O, R>, it: InHand, start: Start
   // The slot is the handler's: given back before a retry's backoff or the conclusion, unless the
   // handler still runs.
   if (it.runaway === undefined) yield* releaseSlot(ctx, it)
-  const plan = afterHandler(verdict, start.task, ctx.settings, ctx.encodeOutput)
-  // `started`, if sent ahead of its confirm, is confirmed before anything else of the task.
-  const unconfirmed = yield* confirmStarted(ctx, it, start.task)
-  return unconfirmed === undefined || plan._tag === "Fenced"
-    ? plan
-    : { ...unconfirmed, note: plan.note }
+  // `started`, if sent ahead of its confirm, is confirmed before a terminal message.
+  return yield* confirmStarted(
+    ctx,
+    it,
+    afterHandler(verdict, start.task, ctx.settings, ctx.encodeOutput),
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,6 +312,7 @@ function* accounted<A, O, R>(
   it: InHand,
   settled: Decision.Decision,
 ): Steps<Decision.Decision> {
+  abandonStarted(it)
   let decision = withBlock(ctx, it, settled)
   const held = (it.lostAt ?? ctx.clock.currentTimeMillisUnsafe()) - it.takenAt
   const expiry = ctx.expiries.settled(decision, held, ctx.leaseMillis)

@@ -15,8 +15,8 @@ import type { DeliveryFiber, Restore } from "./context.ts"
 /**
  * What the deliveries of a fiber that starts with `context` start from: that context, with
  * `handlerContext` beneath. The fiber's own values win where both have one: a fiber forked for
- * one delivery (`take.ts`, `DeliveryHandle`) runs with its caller's clock and loggers, not those of when the
- * engine was made. Made once per engine, whose fibers all start with its context.
+ * one delivery (`take.ts`, `DeliveryHandle`) runs with its caller's clock and loggers, not those
+ * of when the engine was made. Made once per engine, whose fibers all start with its context.
  */
 export const deliveryBase = <R>(
   context: Context.Context<never>,

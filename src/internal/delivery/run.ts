@@ -158,8 +158,8 @@ export function* runHandler<A, O, R>(
   let exit: Exit.Exit<unknown, unknown>
   const annotations = df.fiber.getRef(References.CurrentLogAnnotations)
   try {
-    // A lease lost already (while `started` awaited its confirm) is heard at once: the handler
-    // is not called at all.
+    // A lease lost already (while `started` was held through the output's refusals) is heard at
+    // once: the handler is not called at all.
     invoked = stoppedWith === undefined
       ? invoke(ctx, input, context, annotations)
       : { effect: Effect.interrupt }

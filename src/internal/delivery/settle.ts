@@ -10,7 +10,7 @@
  */
 import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
 import type * as Decision from "../../Decision.ts"
-import { encodeMessageText } from "../../Protocol.ts"
+import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"
 import type { Lease } from "../../Transport.ts"
 import type { LeaseLost, PublishError, TransportError } from "../../WorkerError.ts"
@@ -28,6 +28,7 @@ import {
   requeue,
   returnedAs,
   type Task,
+  type TaskRef,
   waitsBackoff,
 } from "./decide.ts"
 import { interruptedFromOutside } from "./fiberContext.ts"
@@ -123,6 +124,34 @@ const hold = <A, O, R>(
 }
 
 /**
+ * What the broker's answer to a try of a publish of `type` comes to, counted and told to the
+ * output gate: published, or why not; `undefined` for a refusal worth trying again after a wait.
+ */
+function* answerOf<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  it: InHand,
+  type: MessageType,
+  published: Exit.Exit<void, PublishError>,
+): Steps<Publication | undefined> {
+  if (Exit.isSuccess(published)) {
+    const opened = ctx.gate.accepted()
+    if (opened !== undefined) yield* opened
+    WorkerMetrics.count(WorkerMetrics.messagesPublished(type), it.df.fiber.context)
+    return "published"
+  }
+  const refusal = Cause.findErrorOption(published.cause)
+  if (Option.isNone(refusal) || Cause.hasDies(published.cause)) {
+    return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
+  }
+  WorkerMetrics.count(WorkerMetrics.publishFailures(type), it.df.fiber.context)
+  if (refusal.value.reason === "too_large") return "too_large"
+  // A publish lost with its connection is retried on the next one; only the broker's own
+  // refusals close the gate.
+  if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
+  return undefined
+}
+
+/**
  * Publishes `out`, holding the delivery through refusals: a refused publish closes the output
  * gate and is retried after a capped, jittered backoff (at once when another publish is
  * confirmed), until its deadline, while the lease holds. While the gate is closed, a first
@@ -148,21 +177,8 @@ function* publishTries<A, O, R>(
         const publish = ctx.transport.publish(out.body, out.type, out)
         published = yield* Effect.exit(out.interruptible ? it.restore(publish) : publish)
       }
-      if (Exit.isSuccess(published)) {
-        const opened = ctx.gate.accepted()
-        if (opened !== undefined) yield* opened
-        WorkerMetrics.count(WorkerMetrics.messagesPublished(out.type), it.df.fiber.context)
-        return "published"
-      }
-      const refusal = Cause.findErrorOption(published.cause)
-      if (Option.isNone(refusal) || Cause.hasDies(published.cause)) {
-        return Cause.hasInterruptsOnly(published.cause) ? "closing" : published.cause
-      }
-      WorkerMetrics.count(WorkerMetrics.publishFailures(out.type), it.df.fiber.context)
-      if (refusal.value.reason === "too_large") return "too_large"
-      // A publish lost with its connection is retried on the next one; only the broker's own
-      // refusals close the gate.
-      if (refusal.value.reason !== "closed") yield* ctx.gate.refused(refusal.value)
+      const answer = yield* answerOf(ctx, it, out.type, published)
+      if (answer !== undefined) return answer
     }
     tries = true
     const r = yield* Random.next
@@ -225,31 +241,60 @@ export function* publishStarted<A, O, R>(
   const traced = it.trace?.publish("started", task.taskId)
   const headers = traced?.options?.headers
   if (headers !== undefined) out = { ...out, headers }
-  it.started = { out, confirm: yield* send(out.body, out.type, out), traced }
-  return undefined
+  const sent = yield* Effect.exit(send(out.body, out.type, out))
+  if (Exit.isSuccess(sent) && !(Exit.isExit(sent.value) && Exit.isFailure(sent.value))) {
+    it.started = { out, confirm: sent.value, traced }
+    return undefined
+  }
+  // A transport that broke as it sent (an engine error, as a broken publish is), or a refusal
+  // known at once (a broker that answers as it takes a message): held through the refusals
+  // before the handler runs, as any publish.
+  const published = Exit.isSuccess(sent)
+    ? yield* publishTries(ctx, it, out, sent.value)
+    : sent.cause
+  if (traced !== undefined) it.trace?.endPublish(traced, published)
+  return yield* startedPlan(task, published)
 }
 
 /**
- * The end of step 4 for a `started` sent ahead of its confirm: the confirm awaited (come while
- * the handler ran, as a rule) and, refused, `started` held through the refusals as any publish,
- * within the lease's whole time now that the handler has run. `undefined` when it is confirmed.
+ * The end of step 4 for a `started` sent ahead of its confirm, once the handler has run: a
+ * conclusion waits for the confirm (come while the handler ran, as a rule) and, refused, holds
+ * `started` through the refusals as any publish, within the lease's whole time, before its
+ * terminal message; if `started` cannot get out, the plan that says so replaces it. A task that
+ * goes back to the queue, or whose lease is lost, publishes nothing more: its plan stands, the
+ * confirm's answer only heard.
  */
 export function* confirmStarted<A, O, R>(
   ctx: EngineContext<A, O, R>,
   it: InHand,
-  task: Task,
-): Steps<Plan | undefined> {
+  plan: Plan,
+): Steps<Plan> {
   const sent = it.started
-  if (sent === undefined) return undefined
+  if (sent === undefined) return plan
   it.started = undefined
+  if (plan._tag !== "Conclude" || plan.task === undefined) {
+    // Its answer heard once, for the metrics and the output gate, and not tried again.
+    const answer = yield* answerOf(ctx, it, "started", yield* Effect.exit(sent.confirm))
+    if (sent.traced !== undefined) it.trace?.endPublish(sent.traced, answer ?? "refused")
+    return plan
+  }
   const out = { ...sent.out, deadline: it.takenAt + ctx.holdMillis, interruptible: false }
   const published = yield* publishTries(ctx, it, out, sent.confirm)
   if (sent.traced !== undefined) it.trace?.endPublish(sent.traced, published)
-  return yield* startedPlan(task, published)
+  const unpublished = yield* startedPlan(plan.task, published)
+  return unpublished === undefined ? plan : { ...unpublished, note: plan.note }
+}
+
+/** A `started` sent ahead whose delivery ended another way (a defect): its span ended. */
+export const abandonStarted = (it: InHand): void => {
+  const sent = it.started
+  if (sent === undefined) return
+  it.started = undefined
+  if (sent.traced !== undefined) it.trace?.endPublish(sent.traced, "abandoned")
 }
 
 /** What a publish of `started` comes to: the task runs (`undefined`), or the plan that ends it. */
-function* startedPlan(task: Task, published: Publication): Steps<Plan | undefined> {
+function* startedPlan(task: TaskRef, published: Publication): Steps<Plan | undefined> {
   switch (published) {
     case "published":
       return undefined
@@ -429,6 +474,7 @@ function* requeueSettled<A, O, R>(
   if (waitsBackoff(decision)) {
     const millis = Duration.toMillis(yield* backoff(ctx.settings, it.task?.attempt ?? 1, delay))
     const waited = yield* hold(ctx, it, millis, false)
+    if (waited === "lost") return leaseLost(it)
     // A shutdown cuts a retry's backoff short: still the retry of an attempt that failed,
     // rejected so that every broker counts it.
     if (waited === "closing" && decision.outcome === "retry") {

@@ -346,6 +346,15 @@ describe("classify and afterHandler", () => {
       note: { level: "error", error: "MissingService" },
     })
     expect(waitsBackoff(plan.decision)).toBe(false)
+    // A retry, and the requeues that did not come from the handler, wait; a shutdown's does not.
+    expect(
+      [
+        afterHandler(classify(Exit.fail(new RetryableError({}))), task, settings, encodeOutput),
+        requeue(task, "publish_failed"),
+        requeue(task, "engine_error"),
+        requeue(task, "shutdown_requeued"),
+      ].map((p) => waitsBackoff(p.decision)),
+    ).toEqual([true, true, true, false])
     expect(handlerEnd(verdict)).toBe("other")
     // Any other defect is the handler's own, and so is the same words thrown by a plain
     // function as it was called.
