@@ -5,8 +5,8 @@ import { execFileSync } from "node:child_process"
 import { randomUUID } from "node:crypto"
 import { test } from "node:test"
 import amqp from "amqplib"
-import { Effect, Fiber, Layer, References, Schema } from "effect"
-import { AmqpTransport, Settings, Worker } from "@async-task/worker"
+import { Effect, Fiber, Schema } from "effect"
+import { Worker } from "@async-task/worker"
 
 const VHOST = "async-task-worker-quorum"
 const URL = `amqp://guest:guest@127.0.0.1:5672/${VHOST}`
@@ -31,12 +31,9 @@ test("a worker from the built package concludes a task on RabbitMQ", async () =>
     timeout: "5 seconds",
     handler: (input) => Effect.succeed({ words: input.text.split(" ").length }),
   })
-  const settings = Settings.layer({ name, timeout: worker.timeout }, { brokerUrl: URL })
+  // RabbitMQ at the settings' broker URL: what Worker.serve connects to by itself.
   const fiber = Effect.runFork(
-    Worker.serve(worker).pipe(
-      Effect.provide(AmqpTransport.layer.pipe(Layer.provideMerge(settings))),
-      Effect.provideService(References.MinimumLogLevel, "Warn"),
-    ),
+    Worker.serve(worker, { settings: { brokerUrl: URL, logLevel: "Error" } }),
   )
   const connection = await amqp.connect(URL)
   const channel = await connection.createConfirmChannel()
