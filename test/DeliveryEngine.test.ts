@@ -1371,37 +1371,6 @@ describe("DeliveryEngine", () => {
           )
         })
       ))
-
-    it.effect("a `started` refused past what the lease allows: no handler run, publish_failed", () =>
-      withLogs((logs) =>
-        Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => Effect.sync(() => (runs++, { words: 0 })))
-          const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
-            overrides: { consumerTimeout: "200 seconds", retryBackoffMax: "10 seconds" },
-          })
-          yield* broker.refusePublishes(settings.outQueue, true)
-          const settlements: Array<string> = []
-          const delivery = recorded(yield* take("t-never", { text: "x" }), settlements)
-          const fiber = yield* Effect.forkChild(engine.handle(delivery))
-          yield* TestClock.adjust("150 seconds")
-          expect(yield* Fiber.join(fiber)).toMatchObject({
-            outcome: "publish_failed",
-            action: "reject-requeue",
-            reason: "started",
-          })
-          expect(runs).toBe(0)
-          expect(settlements).toEqual(["requeue"])
-          expect(yield* outbound).toEqual([])
-          expectSettled(logs, {
-            outcome: "publish_failed",
-            action: "reject-requeue",
-            taskId: "t-never",
-            attempt: 1,
-            reason: "started",
-          })
-        })
-      ))
   })
 
   describe("publishing", () => {
@@ -1490,47 +1459,60 @@ describe("DeliveryEngine", () => {
         })
       ))
 
-    it.effect("an output that refuses past what the lease allows: requeued after a backoff, publish_failed (a transport that cannot send ahead)", () =>
-      withLogs((logs) =>
-        Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => {
-            runs++
-            return Effect.succeed({ words: 0 })
+    // A transport that sends `started` ahead of its confirm (the MemoryBroker's, whose refusal
+    // is known as it is sent) and one behind a wrapper that replaces `publish` (every message
+    // passes through it, so `started` is confirmed first) hold `started` alike.
+    for (
+      const [how, wrap] of [
+        ["sending ahead", undefined],
+        [
+          "that cannot send ahead",
+          (t: Transport["Service"]): Transport["Service"] => ({
+            ...t,
+            publish: (body, type, options) => t.publish(body, type, options),
+          }),
+        ],
+      ] as const
+    ) {
+      it.effect(`an output that refuses past what the lease allows: requeued after a backoff, publish_failed, no handler run (a transport ${how})`, () =>
+        withLogs((logs) =>
+          Effect.gen(function* () {
+            let runs = 0
+            const worker = define(() => {
+              runs++
+              return Effect.succeed({ words: 0 })
+            })
+            // The lease allows 200 s: less 60 s of margin and the 10 s longest backoff, 130 s to
+            // publish the terminal message; less the task's 10 s, 120 s to publish `started`.
+            const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
+              overrides: { consumerTimeout: "200 seconds", retryBackoffMax: "10 seconds" },
+              ...(wrap === undefined ? {} : { wrap }),
+            })
+            yield* broker.refusePublishes(settings.outQueue, true)
+            const settlements: Array<string> = []
+            const delivery = recorded(yield* take("t-refused", { text: "x" }), settlements)
+            const fiber = yield* Effect.forkChild(engine.handle(delivery))
+            yield* TestClock.adjust("119 seconds")
+            expect(settlements).toEqual([])
+            yield* TestClock.adjust("20 seconds")
+            expect(yield* Fiber.join(fiber)).toMatchObject({
+              outcome: "publish_failed",
+              action: "reject-requeue",
+              reason: "started",
+            })
+            expect(runs).toBe(0)
+            expect(settlements).toEqual(["requeue"])
+            expect(yield* outbound).toEqual([])
+            expectSettled(logs, {
+              outcome: "publish_failed",
+              action: "reject-requeue",
+              taskId: "t-refused",
+              attempt: 1,
+              reason: "started",
+            })
           })
-          // The lease allows 200 s: less 60 s of margin and the 10 s longest backoff, 130 s to
-          // publish the terminal message; less the task's 10 s, 120 s to publish `started`.
-          const { broker, engine, settings, take } = yield* makeEngine(worker, {
-            overrides: { consumerTimeout: "200 seconds", retryBackoffMax: "10 seconds" },
-            // A wrapper that replaces `publish`: every message passes through it.
-            wrap: (t) => ({
-              ...t,
-              publish: (body, type, options) => t.publish(body, type, options),
-            }),
-          })
-          yield* broker.refusePublishes(settings.outQueue, true)
-          const settlements: Array<string> = []
-          const delivery = recorded(yield* take("t-refused", { text: "x" }), settlements)
-          const fiber = yield* Effect.forkChild(engine.handle(delivery))
-          yield* TestClock.adjust("119 seconds")
-          expect(settlements).toEqual([])
-          yield* TestClock.adjust("20 seconds")
-          expect(yield* Fiber.join(fiber)).toMatchObject({
-            outcome: "publish_failed",
-            action: "reject-requeue",
-            reason: "started",
-          })
-          expect(runs).toBe(0)
-          expect(settlements).toEqual(["requeue"])
-          expectSettled(logs, {
-            outcome: "publish_failed",
-            action: "reject-requeue",
-            taskId: "t-refused",
-            attempt: 1,
-            reason: "started",
-          })
-        })
-      ))
+        ))
+    }
 
     it.effect("a task held for a refusing output is interrupted by a shutdown: requeued", () =>
       withLogs((logs) =>

@@ -39,6 +39,26 @@ const long = (
   })
 
 /**
+ * `first` and `t-after` behind it published on the queue of the worker `name` once it declared it,
+ * and the output read until both are concluded (within `ms`).
+ */
+const firstAndAfter = async (
+  broker: Awaited<ReturnType<typeof platform>>,
+  name: string,
+  first: string,
+  ms: number,
+) => {
+  await broker.waitForQueues(name)
+  broker.publish(`${name}_queue_in`, broker.envelope(first, { text: "a" }))
+  broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
+  return await broker.readUntil(
+    `${name}_queue_out`,
+    (all) => all.filter(terminal).length === 2,
+    ms,
+  )
+}
+
+/**
  * A task `seconds` long and one behind it, on a worker of `vhost` whose `WORKER_CONSUMER_TIMEOUT_S`
  * is 120 s (the task's timeout, the backoff and 60 s fit), `overrides` added: each concluded once,
  * attempt 1, no lease lost.
@@ -57,14 +77,7 @@ export const longTask = async (
     ...overrides,
   })
   try {
-    await broker.waitForQueues(name)
-    broker.publish(`${name}_queue_in`, broker.envelope("t-long", { text: "a" }))
-    broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
-    const out = await broker.readUntil(
-      `${name}_queue_out`,
-      (all) => all.filter(terminal).length === 2,
-      (seconds + 30) * 1000,
-    )
+    const out = await firstAndAfter(broker, name, "t-long", (seconds + 30) * 1000)
     expect(out.filter(terminal).map((m) => [JSON.parse(m.text).task_id, m.type])).toEqual([
       ["t-long", "success"],
       ["t-after", "success"],
@@ -103,14 +116,7 @@ export const heldTask = async <A, I, O>(
   const { name } = worker
   const running = runWorker(worker, vhost, overrides)
   try {
-    await broker.waitForQueues(name)
-    broker.publish(`${name}_queue_in`, broker.envelope("t-held", { text: "a" }))
-    broker.publish(`${name}_queue_in`, broker.envelope("t-after", { text: "b" }))
-    const out = await broker.readUntil(
-      `${name}_queue_out`,
-      (all) => all.filter(terminal).length === 2,
-      ms,
-    )
+    const out = await firstAndAfter(broker, name, "t-held", ms)
     const terminals = out.filter(terminal).map((m) => JSON.parse(m.text))
     expect(terminals.map((m) => [m.task_id, m.data.message_type])).toEqual([
       ["t-held", "failure"],
