@@ -560,6 +560,44 @@ describe("AmqpTransport on RabbitMQ", () => {
   )
 
   it(
+    "a delivery waiting when the session starts is sent on at once: the session serves before it consumes",
+    async () => {
+      const name = uniqueName("first")
+      const broker = await platform(QUORUM_VHOST)
+      try {
+        await broker.declare(`${name}_queue_in`, { durable: true })
+        broker.publish(`${name}_queue_in`, broker.envelope("t-first", { text: "a" }))
+        await broker.confirmed()
+        // `started` is sent as the delivery is taken; a session not yet serving would refuse it
+        // (`closed`) and the engine would hold the task a backoff before its handler.
+        const sent = await Effect.runPromise(
+          Effect.scoped(Effect.gen(function* () {
+            const transport = yield* AmqpTransport.make({
+              url: Redacted.make(urlFor(QUORUM_VHOST)),
+              inQueue: `${name}_queue_in`,
+              outQueue: `${name}_queue_out`,
+              capacity: 1,
+            })
+            const delivery = yield* transport.take
+            const confirm = yield* transport.publish.send!(
+              new TextEncoder().encode("{}"),
+              "started",
+            )
+            const confirmed = yield* Effect.exit(confirm)
+            if (Option.isSome(delivery)) yield* delivery.value.ack
+            return confirmed
+          })).pipe(Effect.provideService(References.MinimumLogLevel, "None")),
+        )
+        expect(sent).toStrictEqual(Exit.void)
+      } finally {
+        await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
+        await broker.close()
+      }
+    },
+    TIMEOUT,
+  )
+
+  it(
     "an output queue that refuses every publish for 10 s: the task is held, not requeued, the worker idles, and it concludes once the queue accepts",
     async () => {
       const name = uniqueName("refused")

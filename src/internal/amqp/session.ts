@@ -139,6 +139,7 @@ const openChannels = (connection: Connection, options: SessionOptions, url: stri
 const consumeOn = (
   channel: ConsumerChannelOfSession,
   declaringOut: Effect.Effect<unknown, TransportError>,
+  serve: Effect.Effect<void>,
   ended: Deferred.Deferred<string>,
   options: SessionOptions,
   brokerVersion: string | undefined,
@@ -172,6 +173,9 @@ const consumeOn = (
       concurrency: "unbounded",
       discard: true,
     })
+    // Serving before the first delivery can come: a task taken now publishes `started` on this
+    // session at once, where it would otherwise find none and be held a backoff.
+    yield* serve
     yield* consumers.fill(target)
   })
 
@@ -395,21 +399,25 @@ const session = (
       serving: () => life.serving && failed === undefined && !Deferred.isDoneUnsafe(ended),
     })
     const declaringOut = declare(first, options.outQueue)
+    const serve = Effect.sync(() => {
+      options.current.set(publishing.session())
+      life.serving = true
+    })
     if (channel === undefined) {
       yield* declare(first, options.inQueue)
       yield* declaringOut
+      yield* serve
     } else {
       const version = connection.connection?.serverProperties?.version
       yield* consumeOn(
         channel,
         declaringOut,
+        serve,
         ended,
         options,
         typeof version === "string" ? version : undefined,
       )
     }
-    options.current.set(publishing.session())
-    life.serving = true
     yield* SubscriptionRef.update(
       options.status,
       (s) => (s === "closed" ? s : liveStatus(troubles)),
