@@ -89,16 +89,25 @@ const seedLostTask = async (
   await broker.redeliver(`${name}_queue_in`, lost)
 }
 
+/** A transport of capacity 1 on `name`'s queues at `url`, with `options` of its own. */
+const transportOf = (
+  url: string,
+  name: string,
+  options: Partial<AmqpTransport.AmqpTransportOptions> = {},
+) =>
+  AmqpTransport.make({
+    url: Redacted.make(url),
+    inQueue: `${name}_queue_in`,
+    outQueue: `${name}_queue_out`,
+    capacity: 1,
+    ...options,
+  })
+
 /** A transport's first `take`: how it failed, and everything its failure prints. */
 const firstTake = async (url: string, name: string) => {
   const exit = await Effect.runPromiseExit(
     Effect.scoped(Effect.gen(function* () {
-      const transport = yield* AmqpTransport.make({
-        url: Redacted.make(url),
-        inQueue: `${name}_queue_in`,
-        outQueue: `${name}_queue_out`,
-        capacity: 1,
-      })
+      const transport = yield* transportOf(url, name)
       return yield* transport.take
     })).pipe(Effect.provideService(References.MinimumLogLevel, "None")),
   )
@@ -121,11 +130,7 @@ const refusedVhost = async (vhost: string) => {
   const name = uniqueName("vhost")
   const exit = await Effect.runPromiseExit(
     Effect.scoped(Effect.gen(function* () {
-      const transport = yield* AmqpTransport.make({
-        url: Redacted.make(urlFor(vhost)),
-        inQueue: `${name}_queue_in`,
-        outQueue: `${name}_queue_out`,
-        capacity: 1,
+      const transport = yield* transportOf(urlFor(vhost), name, {
         reconnectBase: "10 millis",
         reconnectMax: "20 millis",
       })
@@ -501,12 +506,7 @@ describe("AmqpTransport on RabbitMQ", () => {
       try {
         const outcomes = await Effect.runPromise(
           Effect.scoped(Effect.gen(function* () {
-            const transport = yield* AmqpTransport.make({
-              url: Redacted.make(urlFor(QUORUM_VHOST)),
-              inQueue: `${name}_queue_in`,
-              outQueue: `${name}_queue_out`,
-              capacity: 1,
-            })
+            const transport = yield* transportOf(urlFor(QUORUM_VHOST), name)
             const publish = (text: string) =>
               transport.publish(new TextEncoder().encode(text), "success").pipe(
                 Effect.as("confirmed"),
@@ -537,11 +537,7 @@ describe("AmqpTransport on RabbitMQ", () => {
       const statusQueue = uniqueName("status")
       const status = await Effect.runPromise(
         Effect.scoped(Effect.gen(function* () {
-          const transport = yield* AmqpTransport.make({
-            url: Redacted.make(urlFor(QUORUM_VHOST)),
-            inQueue: statusQueue + "_queue_in",
-            outQueue: statusQueue + "_queue_out",
-            capacity: 1,
+          const transport = yield* transportOf(urlFor(QUORUM_VHOST), statusQueue, {
             consumerTimeout: "31 minutes",
           })
           for (let i = 0; i < 200; i++) {
@@ -572,12 +568,7 @@ describe("AmqpTransport on RabbitMQ", () => {
         // (`closed`) and the engine would hold the task a backoff before its handler.
         const sent = await Effect.runPromise(
           Effect.scoped(Effect.gen(function* () {
-            const transport = yield* AmqpTransport.make({
-              url: Redacted.make(urlFor(QUORUM_VHOST)),
-              inQueue: `${name}_queue_in`,
-              outQueue: `${name}_queue_out`,
-              capacity: 1,
-            })
+            const transport = yield* transportOf(urlFor(QUORUM_VHOST), name)
             const delivery = yield* transport.take
             const confirm = yield* transport.publish.send!(
               new TextEncoder().encode("{}"),
