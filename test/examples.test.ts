@@ -351,8 +351,11 @@ describe("examples/deploy", () => {
     expect(read(script).length).toBeGreaterThan(0)
   })
 
-  it("Dockerfile.deno warms Deno's code cache as the worker's user, with the entrypoint's permissions", () => {
-    const final = stagesOf("Dockerfile.deno").at(-1)!
+  it.each([
+    ["Dockerfile.deno", "Deno's code cache"],
+    ["Dockerfile.node", "Node's compile cache"],
+  ])("%s warms %s as the worker's user, with the entrypoint's command line", (file) => {
+    const final = stagesOf(file).at(-1)!
     const entrypoint: Array<string> = JSON.parse(instruction(final, "ENTRYPOINT")[0]!)
     const user = final.lines.findIndex((l) => l.startsWith("USER "))
     const warm = final.lines.findIndex((l) => l.includes("WORKER_TRANSPORT=memory"))
@@ -363,6 +366,19 @@ describe("examples/deploy", () => {
     expect(warmUp).toMatch(/^RUN echo '\{"task_id": "warm-up"/)
     expect(warmUp).toContain("WORKER_MODE=job WORKER_JOB_MAX_TASKS=1")
     expect(warmUp).toContain(entrypoint.join(" "))
+  })
+
+  it("Dockerfile.node gives its compile cache a directory of the worker's user before warming it", () => {
+    const final = stagesOf("Dockerfile.node").at(-1)!
+    const { uid, gid } = userOf("Dockerfile.node")
+    const cache = final.lines.findIndex((l) => l.startsWith("ENV NODE_COMPILE_CACHE=/app/"))
+    const owned = final.lines.findIndex((l) =>
+      l.includes(`chown ${uid}:${gid} .node-compile-cache`)
+    )
+    const warm = final.lines.findIndex((l) => l.includes("WORKER_TRANSPORT=memory"))
+    expect(final.lines[cache]).toBe("ENV NODE_COMPILE_CACHE=/app/.node-compile-cache")
+    expect(owned).toBeGreaterThan(cache)
+    expect(warm).toBeGreaterThan(owned)
   })
 
   it("Dockerfile.node-bundle builds the app's worker into one file, warms its cache, and runs it in exec form", () => {

@@ -6,7 +6,9 @@
  * `WORKER_SDK` so that the CLI and the worker share one copy of it.
  */
 import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, readdirSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import process from "node:process"
 import { afterAll, beforeAll, describe, it, type TestContext } from "vitest"
@@ -489,6 +491,19 @@ const suite = (runtime: Runtime): void => {
       const { oneLine } = await configError(ctx, join(FIXTURES, "does-not-exist.mjs"), env())
       ctx.expect(oneLine()).toContain("does-not-exist.mjs")
     }, 60_000)
+
+    it.runIf(runtime === "node")(
+      "keeps Node's compile cache in the temporary directory, unasked",
+      async (ctx) => {
+        const tmp = mkdtempSync(join(tmpdir(), "cli-compile-cache-"))
+        ctx.onTestFinished(() => rmSync(tmp, { recursive: true, force: true }))
+        await configError(ctx, join(FIXTURES, "does-not-exist.mjs"), { ...env(), TMPDIR: tmp })
+        // Node keeps a directory of compiled modules per version: the SDK's and Effect's.
+        const [cache] = readdirSync(join(tmp, "node-compile-cache"))
+        ctx.expect(readdirSync(join(tmp, "node-compile-cache", cache!)).length).toBeGreaterThan(100)
+      },
+      60_000,
+    )
 
     it("an export that is missing: one line on stderr", async (ctx) => {
       const { oneLine } = await configError(ctx, "nope", env())
