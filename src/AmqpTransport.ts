@@ -10,8 +10,13 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import { Duration, Effect, Layer, Option, Redacted, SubscriptionRef } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import * as Closing from "./internal/amqp/closing.ts"
 import * as Confirms from "./internal/amqp/confirms.ts"
 import { connect } from "./internal/amqp/connect.ts"

@@ -6,7 +6,8 @@
  *
  * @since 0.1.0
  */
-import { Effect, Metric } from "effect"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 import { ConcurrencyError } from "./WorkerError.ts"
 import { LatencyLimit } from "./internal/concurrency/latency.ts"
 import { Slots } from "./internal/concurrency/slots.ts"

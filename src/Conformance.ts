@@ -10,7 +10,7 @@
  * @since 0.2.0
  */
 import { randomUUID } from "node:crypto"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { battery } from "./internal/conformance/battery.ts"
 import { judge, type RuleResult } from "./internal/conformance/rules.ts"
 import { observe } from "./internal/conformance/session.ts"

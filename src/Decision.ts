@@ -3,7 +3,13 @@
  *
  * @since 0.1.0
  */
-import { Cause, Clock, Context, type Fiber, type Logger, LogLevel, References } from "effect"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import type * as Fiber from "effect/Fiber"
+import type * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import type { Outcome } from "./internal/outcome.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 

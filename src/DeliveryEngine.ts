@@ -13,18 +13,16 @@
 import { pid } from "node:process"
 import * as ThreadPool from "./internal/thread/pool.ts"
 import { LeaseExpiries } from "./internal/delivery/expiries.ts"
-import {
-  Clock,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Layer,
-  Random,
-  References,
-  Schema,
-  Scope,
-} from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Random from "effect/Random"
+import * as References from "effect/References"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import * as Concurrency from "./Concurrency.ts"
 import { EventLoop } from "./EventLoop.ts"
 import { EngineClosing, type EngineContext } from "./internal/delivery/context.ts"

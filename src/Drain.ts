@@ -4,7 +4,10 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { DeliveryEngine } from "./DeliveryEngine.ts"
 import { Settings } from "./Settings.ts"
 import { Transport } from "./Transport.ts"

@@ -10,8 +10,13 @@
  *
  * @since 0.3.0
  */
-import type { Scope } from "effect"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import { lateness } from "./internal/lateness.ts"
 import * as WorkerMetrics from "./WorkerMetrics.ts"
 

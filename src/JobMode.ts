@@ -6,16 +6,14 @@
  *
  * @since 0.1.0
  */
-import {
-  Clock,
-  Duration,
-  Effect,
-  MutableRef,
-  Option,
-  Schedule,
-  Stream,
-  SubscriptionRef,
-} from "effect"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as MutableRef from "effect/MutableRef"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { WorkerSettings } from "./Settings.ts"
 import type { ConnectionStatus, Delivery } from "./Transport.ts"
 import { isLive, Transport } from "./Transport.ts"

@@ -4,8 +4,13 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Timers from "./internal/delivery/timers.ts"
 import type { Lease } from "./Transport.ts"
 import type { LeaseLost } from "./WorkerError.ts"

@@ -12,7 +12,13 @@
  *
  * @since 0.1.0
  */
-import { type Duration, Effect, Layer, Option, Ref, Result, type Scope } from "effect"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
+import type * as Scope from "effect/Scope"
 import * as Life from "./internal/lifecycle/life.ts"
 import type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
 import { live, processSettings, type RunOptions } from "./internal/lifecycle/process.ts"

@@ -7,8 +7,15 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import { Clock, Context, Duration, Effect, Layer, Option, Schedule, SubscriptionRef } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import { BrokerCore, type ConsumerCore, type Held } from "./internal/memory/broker.ts"
 import type { MessageType } from "./Protocol.ts"
 import { Settings } from "./Settings.ts"

@@ -29,8 +29,12 @@
  *
  * @since 0.1.0
  */
-import type { Cause, Scope } from "effect"
-import { Context, Duration, Effect, Layer } from "effect"
+import type * as Cause from "effect/Cause"
+import type * as Scope from "effect/Scope"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as readinessInternal from "./internal/probes/readiness.ts"
 import type { Readiness, ReadinessComponent } from "./internal/probes/readiness.ts"

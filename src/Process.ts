@@ -8,8 +8,16 @@
 import { relative, resolve } from "node:path"
 import process from "node:process"
 import { createInterface } from "node:readline"
-import type { Scope } from "effect"
-import { Context, Duration, Effect, Exit, Layer, Queue, Ref, Schedule, Stream } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
 import * as WorkerLogger from "./WorkerLogger.ts"
 
 /**

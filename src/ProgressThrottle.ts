@@ -5,19 +5,17 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import {
-  Clock,
-  Context,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  Layer,
-  Metric,
-  Random,
-  Result,
-} from "effect"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Random from "effect/Random"
+import * as Result from "effect/Result"
 import { encodeUtf8, utf8Exceeds } from "./internal/codec/utf8.ts"
 import { deliveryIdOf, messageIdOf } from "./internal/delivery/decide.ts"
 import { encodeMessageText } from "./Protocol.ts"

@@ -21,7 +21,8 @@
  *
  * @since 0.1.0
  */
-import { Effect, Metric } from "effect"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 
 type FamilyType = "counter" | "gauge" | "histogram" | "summary"
 

@@ -5,7 +5,8 @@
  *
  * @since 0.1.0
  */
-import { Data, Result } from "effect"
+import * as Data from "effect/Data"
+import * as Result from "effect/Result"
 import { findNonJson, isPlainObject, nestsDeeperThan } from "./internal/codec/json.ts"
 import { decodeUtf8, encodeUtf8 } from "./internal/codec/utf8.ts"
 import { MessageEncodeError } from "./WorkerError.ts"

@@ -7,7 +7,10 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer } from "effect"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import { readTable, type SettingsDefaults } from "./internal/settings/row.ts"
 import { type SettingsOverrides, table, type WorkerSettings } from "./internal/settings/table.ts"
 import { SettingsError } from "./WorkerError.ts"

@@ -3,7 +3,11 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, Fiber, type LogLevel, References } from "effect"
+import type * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import type * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { taskStore } from "./internal/taskStore.ts"
 
 /**

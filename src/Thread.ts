@@ -21,7 +21,7 @@
  */
 import { isAbsolute } from "node:path"
 import { pathToFileURL } from "node:url"
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import { CurrentThreadPool } from "./internal/thread/pool.ts"
 import { marked } from "./internal/thread/spec.ts"
 import type { TaskContext } from "./TaskContext.ts"

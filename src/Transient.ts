@@ -10,7 +10,7 @@
  *
  * @since 0.3.0
  */
-import { Duration } from "effect"
+import * as Duration from "effect/Duration"
 
 /**
  * Says whether an ordinary error (neither `FatalError` nor `RetryableError`, whether the handler

@@ -4,8 +4,12 @@
  *
  * @since 0.1.0
  */
-import type { Duration, SubscriptionRef } from "effect"
-import { Context, Data, type Effect, type Option } from "effect"
+import type * as Duration from "effect/Duration"
+import type * as SubscriptionRef from "effect/SubscriptionRef"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
 import type { MessageType } from "./Protocol.ts"
 import type { LeaseLost, PublishError, TransportError } from "./WorkerError.ts"
 

@@ -5,7 +5,12 @@
  *
  * @since 0.1.0
  */
-import { type Config, Deferred, type Duration, Effect, Layer, type Scope } from "effect"
+import type * as Config from "effect/Config"
+import * as Deferred from "effect/Deferred"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as Scope from "effect/Scope"
 import { launch as launchApp } from "./internal/lifecycle/launch.ts"
 import type { LifeOptions, StartError } from "./internal/lifecycle/life.ts"
 import type { RunOptions } from "./internal/lifecycle/process.ts"

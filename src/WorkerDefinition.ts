@@ -5,7 +5,13 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Exit, Layer, Option, Schema } from "effect"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import * as Concurrency from "./Concurrency.ts"
 import { kindOf } from "./internal/handlerResult.ts"
 import * as Hooks from "./internal/lifecycle/hooks.ts"

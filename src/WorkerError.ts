@@ -4,7 +4,10 @@
  *
  * @since 0.1.0
  */
-import { type Cause, Data, Duration, type Types } from "effect"
+import type * as Cause from "effect/Cause"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import type * as Types from "effect/Types"
 import { errorText } from "./internal/describe.ts"
 
 /**

@@ -7,7 +7,13 @@
  *
  * @since 0.1.0
  */
-import { Cause, Context, Effect, Layer, Logger, type LogLevel, References } from "effect"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import type * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { errorKind, errorTextBesideKind } from "./internal/describe.ts"
 
 /**

@@ -5,7 +5,11 @@
  *
  * @since 0.1.0
  */
-import { type Context, Effect, Metric, Stream, SubscriptionRef } from "effect"
+import type * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { Outcome } from "./internal/outcome.ts"
 import type { MessageType, PoisonReason } from "./Protocol.ts"
 import { type ConnectionStatus, isLive } from "./Transport.ts"

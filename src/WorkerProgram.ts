@@ -7,19 +7,17 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import {
-  Cause,
-  Clock,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Fiber,
-  Layer,
-  Schedule,
-  SubscriptionRef,
-} from "effect"
+import type * as Scope from "effect/Scope"
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type * as Concurrency from "./Concurrency.ts"
 import * as DeliveryEngine from "./DeliveryEngine.ts"
 import * as Drain from "./Drain.ts"

@@ -5,20 +5,18 @@
  *
  * @since 0.1.0
  */
-import {
-  Clock,
-  ConfigProvider,
-  Context,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Option,
-  References,
-  Result,
-  Schema,
-  Scope,
-} from "effect"
+import * as Clock from "effect/Clock"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
 import { DeliveryHandle } from "./internal/delivery/take.ts"
 import * as MemoryBroker from "./MemoryBroker.ts"
 import { decodeEnvelope, type MessageType, type WireMessage } from "./Protocol.ts"

@@ -4,7 +4,10 @@
  * hook that refuses interruption, or a readiness probe stuck in an uninterruptible region, would
  * hold the shutdown or the probe's answer past its bound.
  */
-import { type Duration, Effect, Fiber, Option } from "effect"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
 
 /**
  * `effect` within `duration`, or `None` once the time is up, without waiting for it to end: it

@@ -2,7 +2,7 @@
  * What a handler returned, asked without trusting it: a handler may return anything, a Proxy
  * whose every trap throws included, and neither the engine nor the lifecycle may throw for it.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 /** An Effect, a Promise or thenable, or a plain value (an output, for the schema to judge). */
 export type ResultKind = "effect" | "promise" | "value"

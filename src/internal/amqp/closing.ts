@@ -2,7 +2,8 @@
  * Closing a connection's parts, one bounded step at a time: closing must end even when the broker
  * does not answer.
  */
-import { Duration, Effect } from "effect"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 
 /** What a closing step may take at most: `AmqpTransport.CLOSE_STEP_TIMEOUT`, documented there. */
 export const CLOSE_STEP_TIMEOUT = Duration.seconds(5)

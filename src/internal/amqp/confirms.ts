@@ -6,8 +6,11 @@
  */
 import { Buffer } from "node:buffer"
 import type * as Amqp from "amqplib"
-import type { Scope } from "effect"
-import { Clock, Duration, Effect, Schedule } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import { PublishError } from "../../WorkerError.ts"
 import { lateness } from "../lateness.ts"
 

@@ -6,7 +6,10 @@
  * has stopped outlive it.
  */
 import type * as Amqp from "amqplib"
-import { Deferred, Duration, Effect, Semaphore } from "effect"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Semaphore from "effect/Semaphore"
 import type { Inbox } from "../transport/inbox.ts"
 import { LeaseLoss } from "../transport/leaseLoss.ts"
 import type { Delivery } from "../../Transport.ts"

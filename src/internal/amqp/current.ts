@@ -4,7 +4,7 @@
  * session between connections. Replaces a `Ref`, a `Ref` of `Deferred` and a variable that had to
  * be kept in step.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 export class Current<A> {
   private value: A | undefined = undefined

@@ -4,7 +4,8 @@
  * a few small objects.
  */
 import type * as Amqp from "amqplib"
-import { Effect, Option } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { LeaseLoss } from "../transport/leaseLoss.ts"
 import { type Delivery, type Lease, Redeliveries } from "../../Transport.ts"
 import { LeaseLost } from "../../WorkerError.ts"

@@ -7,18 +7,16 @@
  * after a synchronous call, the confirms awaited, the connection closed.
  */
 import type * as Amqp from "amqplib"
-import {
-  Clock,
-  Deferred,
-  Duration,
-  Effect,
-  FiberSet,
-  Option,
-  Random,
-  Schedule,
-  SubscriptionRef,
-} from "effect"
-import type { Scope } from "effect"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Option from "effect/Option"
+import * as Random from "effect/Random"
+import * as Schedule from "effect/Schedule"
+import * as SubscriptionRef from "effect/SubscriptionRef"
+import type * as Scope from "effect/Scope"
 import { type ConnectionStatus, isLive } from "../../Transport.ts"
 import type { TransportError } from "../../WorkerError.ts"
 import { closeStep } from "./closing.ts"

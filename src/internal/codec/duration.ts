@@ -3,7 +3,8 @@
  * silently mended: `Duration.fromInputUnsafe` turns a NaN input into zero, reads any object as
  * a duration of its fields (`{}` is zero), and throws on what it cannot read.
  */
-import { Duration, Option } from "effect"
+import * as Duration from "effect/Duration"
+import * as Option from "effect/Option"
 
 const FIELDS: ReadonlySet<string> = new Set([
   "weeks",

@@ -2,7 +2,9 @@
  * Schema issues as `path: problem` lines that never quote the offending values, since inputs
  * and outputs may hold personal data.
  */
-import { type Schema, SchemaAST, SchemaIssue } from "effect"
+import type * as Schema from "effect/Schema"
+import * as SchemaAST from "effect/SchemaAST"
+import * as SchemaIssue from "effect/SchemaIssue"
 
 /**
  * What a schema expects: its title or description, else Effect's own wording without the

@@ -6,7 +6,7 @@
  * a wait that is interrupted, or a taker interrupted as it takes, cannot hold a slot it does not
  * know of.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 export class Slots {
   private taken = 0

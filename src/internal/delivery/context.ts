@@ -5,7 +5,15 @@
  * an Effect per delivery, would cost more than the steps (see `bench/engine.ts`).
  */
 import type { LeaseExpiries } from "./expiries.ts"
-import type { Clock, Context, Deferred, Effect, Fiber, Random, Result, Schema, Scope } from "effect"
+import type * as Clock from "effect/Clock"
+import type * as Context from "effect/Context"
+import type * as Deferred from "effect/Deferred"
+import type * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
+import type * as Random from "effect/Random"
+import type * as Result from "effect/Result"
+import type * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import type { Limiter } from "../../Concurrency.ts"
 import type { EventLoopWatch } from "../../EventLoop.ts"
 import type { LeaseRenewal } from "../../LeaseRenewal.ts"

@@ -11,7 +11,12 @@
  * - **Backoff**: how long a return to the queue waits, and a refused publish before its next try
  *   ({@link backoffMillis}, the one formula).
  */
-import { Cause, Duration, Exit, Option, Result, type Schema } from "effect"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import type * as Schema from "effect/Schema"
 import type * as Concurrency from "../../Concurrency.ts"
 import type * as Decision from "../../Decision.ts"
 import {

@@ -5,7 +5,11 @@
  * step 6, `decide.ts`), settles it as planned (steps 6 and 7, `settle.ts`) and logs its one
  * decision line (`Decision.ts`). The helpers each step needs follow, in the order they are used.
  */
-import { Cause, Deferred, Effect, Exit, Scope } from "effect"
+import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Scope from "effect/Scope"
 import * as Decision from "../../Decision.ts"
 import type { Delivery } from "../../Transport.ts"
 import { MissingServiceError } from "../../WorkerError.ts"

@@ -9,7 +9,14 @@
  * steps), where the delivery's values need only hold until the fiber's next delivery. The result
  * is pinned to what they give by `test/internal/delivery/fiberContext.test.ts`.
  */
-import { Cause, Context, Effect, Exit, type Fiber, References, Scope, Tracer } from "effect"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import type * as Fiber from "effect/Fiber"
+import * as References from "effect/References"
+import * as Scope from "effect/Scope"
+import * as Tracer from "effect/Tracer"
 import type { DeliveryFiber, Restore } from "./context.ts"
 
 /**

@@ -5,7 +5,7 @@
  * queue must neither burn the tasks' attempts nor make the worker spin. Each change of state is
  * logged once, so the rate of log lines stays bounded however many publishes are refused.
  */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 import type { PublishError } from "../../WorkerError.ts"
 
 export class OutputGate {

@@ -4,7 +4,11 @@
  * shared timers, not a fiber or a race per delivery (see `bench/engine.ts`): stopping the handler
  * interrupts the delivery's fiber itself.
  */
-import { Cause, Effect, Exit, References, Scope } from "effect"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as References from "effect/References"
+import * as Scope from "effect/Scope"
 import type { TaskProgress } from "../../ProgressThrottle.ts"
 import * as TaskContext from "../../TaskContext.ts"
 import type { Lease } from "../../Transport.ts"

@@ -8,7 +8,13 @@
  * the lease's time allows ({@link publishHeld}). Every wait of a delivery keeps its lease and
  * watches it ({@link hold}).
  */
-import { Cause, Duration, Effect, Exit, Option, Random, Result } from "effect"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Random from "effect/Random"
+import * as Result from "effect/Result"
 import type * as Decision from "../../Decision.ts"
 import { encodeMessageText, type MessageType } from "../../Protocol.ts"
 import type { WorkerSettings } from "../../Settings.ts"

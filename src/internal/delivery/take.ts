@@ -7,8 +7,16 @@
  * that may be 2^31 − 1; a fiber whose handler the engine stopped is replaced, and one above a
  * lowered target retires once its delivery is settled.
  */
-import type { Scope } from "effect"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberSet, Option, References } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
+import * as Option from "effect/Option"
+import * as References from "effect/References"
 import type * as Decision from "../../Decision.ts"
 import type { Delivery } from "../../Transport.ts"
 import type { MissingServiceError, TransportError } from "../../WorkerError.ts"

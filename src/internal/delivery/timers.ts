@@ -7,8 +7,10 @@
  * renewal interval), and a task that ends before its timer would otherwise make and drop a lane
  * each time; a transport whose leases vary in length must not make the lanes grow without end.
  */
-import type { Scope } from "effect"
-import { Clock, Deferred, Effect } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
 
 const KEPT_LANES = 8
 

@@ -9,7 +9,12 @@
  * Effect's default (native) tracer exports nothing: under it the engine makes no span at all, and
  * a delivery costs what it did before tracing (measured by `bench/engine.ts`).
  */
-import { type Cause, type Clock, Context, Exit, Option, Tracer } from "effect"
+import type * as Cause from "effect/Cause"
+import type * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Tracer from "effect/Tracer"
 import * as Decision from "../../Decision.ts"
 import type { MessageType } from "../../Protocol.ts"
 import type { Headers, PublishOptions } from "../../Transport.ts"

@@ -3,7 +3,10 @@
  * running long past its deadline has stopped answering to interruption, and an `async` handler
  * whose Promise is still pending after the drain ignored its `AbortSignal`.
  */
-import { type Clock, Duration, Effect, Option } from "effect"
+import type * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type { Worker } from "../../WorkerDefinition.ts"
 import { kindOf } from "../handlerResult.ts"
 

@@ -1,4 +1,4 @@
-import { Effect } from "effect"
+import * as Effect from "effect/Effect"
 
 /**
  * A startup or shutdown hook, or a readiness probe: an Effect (which may require the handler's

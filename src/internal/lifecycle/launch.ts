@@ -3,18 +3,16 @@
  * of a worker's life in it, then released within the shutdown's bound; the spec's exit code, with
  * one line saying why the app could not start.
  */
-import {
-  Cause,
-  Config,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  Layer,
-  Option,
-  Scope,
-} from "effect"
+import * as Cause from "effect/Cause"
+import * as Config from "effect/Config"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
 import { type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import type * as Settings from "../../Settings.ts"
 import {

@@ -6,20 +6,18 @@
  * hooks, then the transport, the services, and only then what the scope's owner holds.
  * `Lifecycle.make`, `serve` and `run` all build it.
  */
-import {
-  Clock,
-  Context,
-  Duration,
-  Effect,
-  Layer,
-  MutableRef,
-  Option,
-  Redacted,
-  Ref,
-  References,
-  Stream,
-  SubscriptionRef,
-} from "effect"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as MutableRef from "effect/MutableRef"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Ref from "effect/Ref"
+import * as References from "effect/References"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import * as AmqpTransport from "../../AmqpTransport.ts"
 import * as EventLoop from "../../EventLoop.ts"
 import * as JobMode from "../../JobMode.ts"

@@ -3,7 +3,12 @@
  * drain and the worker's own probes, `/metrics` the registry with the process's figures sampled
  * as of the scrape.
  */
-import { type Context, Duration, Effect, Option, Ref, SubscriptionRef } from "effect"
+import type * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import type * as Probes from "../../Probes.ts"
 import * as RuntimeMetrics from "../../RuntimeMetrics.ts"
 import type { WorkerSettings } from "../../Settings.ts"

@@ -3,23 +3,21 @@
  * why not, the probe server from the start to the end of the shutdown, the life until it ends or
  * a signal comes, then the bounded shutdown, and the spec's exit code.
  */
-import {
-  Cause,
-  ConfigProvider,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  Layer,
-  Option,
-  Queue,
-  Redacted,
-  Ref,
-  Result,
-  Scope,
-} from "effect"
+import * as Cause from "effect/Cause"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Redacted from "effect/Redacted"
+import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
+import * as Scope from "effect/Scope"
 import * as Probes from "../../Probes.ts"
 import { describeStop, type ExitCode, missingPermissions, Process } from "../../Process.ts"
 import * as Settings from "../../Settings.ts"

@@ -2,7 +2,11 @@
  * The worker's shutdown hooks, run after the drain: in order, all within one budget, each with
  * what the ones before it left.
  */
-import { Clock, Duration, Effect, Option, Result } from "effect"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { Hook } from "../../WorkerDefinition.ts"
 import { errorText } from "../describe.ts"
 import { timeoutDetached } from "../detach.ts"

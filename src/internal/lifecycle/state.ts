@@ -2,7 +2,9 @@
  * Where a worker is in its life, and why consuming ended if it did not end cleanly: what the
  * life's parts (`life.ts`, `process.ts`, `probes.ts`) move the worker through and read.
  */
-import { Data, Effect, Ref } from "effect"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Ref from "effect/Ref"
 import type {
   BrokerUnreachable,
   IdleHookError,

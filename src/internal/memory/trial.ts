@@ -2,7 +2,10 @@
  * The embedded broker of a local trial (`--memory`, `WORKER_TRANSPORT=memory`): tasks from
  * standard input, messages to standard output.
  */
-import { Effect, Layer, Schedule, Stream } from "effect"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
 import * as MemoryBroker from "../../MemoryBroker.ts"
 import { Process } from "../../Process.ts"
 import * as Settings from "../../Settings.ts"

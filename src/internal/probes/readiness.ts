@@ -2,8 +2,15 @@
  * `/ready`'s evaluation: the components run in parallel, each within the probe timeout, failures
  * shown without leaking their text, and concurrent requests sharing one evaluation.
  */
-import type { Scope } from "effect"
-import { Cause, Duration, Effect, Fiber, FiberSet, Option, Predicate, Result } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Result from "effect/Result"
 import { timeoutDetached } from "../detach.ts"
 import { errorKind } from "../describe.ts"
 

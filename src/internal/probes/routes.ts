@@ -3,8 +3,11 @@
  * what an app can add to its own `HttpRouter`.
  */
 import { readFile } from "node:fs/promises"
-import type { Duration, Scope } from "effect"
-import { Cause, Effect, Option } from "effect"
+import type * as Duration from "effect/Duration"
+import type * as Scope from "effect/Scope"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"

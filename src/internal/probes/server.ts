@@ -6,8 +6,10 @@
  */
 import * as Http from "node:http"
 import type { Socket } from "node:net"
-import type { Scope } from "effect"
-import { Duration, Effect, FiberSet } from "effect"
+import type * as Scope from "effect/Scope"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
 import * as HttpEffect from "effect/http/HttpEffect"
 import * as HttpServerError from "effect/http/HttpServerError"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"

@@ -3,17 +3,15 @@
  * environment (or taken from code) and checked one by one, and shown as the README's table.
  * The rows themselves are in `table.ts`; the checks between fields in `Settings.ts`.
  */
-import {
-  Config,
-  Duration,
-  Effect,
-  type LogLevel,
-  Option,
-  Redacted,
-  Result,
-  Schema,
-  SchemaIssue,
-} from "effect"
+import * as Config from "effect/Config"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { decodeDuration, isNegativeOrNaN } from "../codec/duration.ts"
 
 /**

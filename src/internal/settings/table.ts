@@ -6,8 +6,10 @@
  * The order is the README's, and the order in which problems are listed.
  */
 import { hostname } from "node:os"
-import { Duration } from "effect"
-import type { LogLevel, Option, Redacted } from "effect"
+import * as Duration from "effect/Duration"
+import type * as LogLevel from "effect/LogLevel"
+import type * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
 import { urlsProblem } from "../amqp/url.ts"
 import { boolean, duration, integer, literal, logLevel, type Row, secret, text } from "./row.ts"
 

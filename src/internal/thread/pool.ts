@@ -7,8 +7,11 @@
  * cannot hold its slot. A thread that dies fails its task alone, with its own code.
  */
 import { Worker as NodeWorker } from "node:worker_threads"
-import { Context, Duration, Effect, Queue } from "effect"
-import type { Scope } from "effect"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
+import type * as Scope from "effect/Scope"
 import { logFields, type TaskContext } from "../../TaskContext.ts"
 import { FatalError, RetryableError, WorkerDefinitionError } from "../../WorkerError.ts"
 import { BOOTSTRAP } from "./bootstrap.ts"

@@ -6,7 +6,8 @@
  * and a waiting take is one `Effect.callback`, whose canceler (its one interruption handler)
  * forgets the taker.
  */
-import { Effect, Option } from "effect"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 
 const NONE = Effect.succeed(Option.none())
 
