@@ -20,7 +20,7 @@ import * as References from "effect/References"
 import type * as Decision from "../../Decision.ts"
 import type { Delivery } from "../../Transport.ts"
 import type { MissingServiceError, TransportError } from "../../WorkerError.ts"
-import type { DeliveryFiber, EngineContext } from "./context.ts"
+import type { DeliveryFiber, EngineContext, Restore } from "./context.ts"
 import { deliver } from "./deliver.ts"
 import { deliveryBase } from "./fiberContext.ts"
 
@@ -42,6 +42,52 @@ export interface Fibers {
   readonly grow: Effect.Effect<void>
 }
 
+/** What the engine's fibers share: how many there are, and how many wait for a delivery. */
+interface Crew {
+  size: number
+  idle: number
+  /** The first failure of an engine fiber: consuming ends with it. */
+  failure: Cause.Cause<TransportError> | undefined
+}
+
+/** An engine fiber's delivery fiber, and whether it is waiting for a delivery now. */
+interface EngineFiber extends DeliveryFiber {
+  waiting: boolean
+}
+
+/** Whether one more fiber should wait for deliveries: none waits, and the target allows one. */
+const mayGrow = <A, O, R>(ctx: EngineContext<A, O, R>, crew: Crew): boolean =>
+  !ctx.closing.closed && crew.idle === 0 && crew.size < Math.max(1, ctx.limiter.target())
+
+/**
+ * An engine fiber's life: a delivery taken, carried to its end, the next one taken, until intake
+ * stops, its handler is stopped (the fiber is replaced) or the target shrinks below the fibers.
+ * One generator for every fiber, made once: a `function*` made per fiber would make its own
+ * prototype and shapes, memory each task in flight holds (`bench/heap.ts`).
+ */
+function* takeLoop<A, O, R>(
+  ctx: EngineContext<A, O, R>,
+  crew: Crew,
+  ef: EngineFiber,
+  restore: Restore,
+  spawn: Effect.Effect<void>,
+): Generator<Effect.Effect<any, TransportError>, void, any> {
+  for (;;) {
+    ef.waiting = true
+    crew.idle++
+    const next = yield* restore(ctx.transport.take)
+    ef.waiting = false
+    crew.idle--
+    if (Option.isNone(next)) return
+    // One fiber always waits for the next delivery.
+    if (mayGrow(ctx, crew)) yield* spawn
+    yield* deliver(ctx, next.value, ef, restore)
+    // Stopped (its handler interrupted), this fiber cannot wait any more: replaced.
+    if (ef.stopped) return
+    if (crew.size > Math.max(1, ctx.limiter.target())) return
+  }
+}
+
 /** Makes the fibers of the engine `ctx`, living in the current scope. */
 export const make = <A, O, R>(
   ctx: EngineContext<A, O, R>,
@@ -52,13 +98,7 @@ export const make = <A, O, R>(
     // once.
     const context = yield* Effect.context<never>()
     const base = deliveryBase(context, ctx.handlerContext)
-    let failure: Cause.Cause<TransportError> | undefined
-    let size = 0
-    /** Engine fibers waiting for a delivery. */
-    let idle = 0
-
-    const mayGrow = () =>
-      !ctx.closing.closed && idle === 0 && size < Math.max(1, ctx.limiter.target())
+    const crew: Crew = { size: 0, idle: 0, failure: undefined }
 
     /**
      * An engine fiber: uninterruptible but while it waits for a delivery (and where `deliver`
@@ -67,49 +107,33 @@ export const make = <A, O, R>(
      * a Promise. Started from the spawner's scheduler, as a fork is, rather than here and now
      * inside the spawning task: a fiber run from a context (`FiberSet.runtime`) starts at once
      * in Effect 4, and a yield of its own first would give each engine fiber a dispatcher of its
-     * own, memory `bench/engine.ts` counts per task in flight.
+     * own, memory `bench/engine.ts` counts per task in flight. Its end, in one step: counted
+     * out, a failure kept (when the last engine fiber fails, `awaitEmpty` may win `consume`'s
+     * race first), and a stopped fiber replaced.
      */
     const spawn: Effect.Effect<void> = Effect.suspend(() => {
       const loop = Effect.uninterruptibleMask((restore) =>
         Effect.withFiber<void, TransportError>((fiber) => {
-          const df: DeliveryFiber = { fiber, base, stopped: false }
-          let waiting = false
+          const ef: EngineFiber = { fiber, base, stopped: false, waiting: false }
           fiber.setContext(context)
-          return Effect.gen(function* () {
-            for (;;) {
-              waiting = true
-              idle++
-              const next = yield* restore(ctx.transport.take)
-              waiting = false
-              idle--
-              if (Option.isNone(next)) return
-              // One fiber always waits for the next delivery.
-              if (mayGrow()) yield* spawn
-              yield* deliver(ctx, next.value, df, restore)
-              // Stopped (its handler interrupted), this fiber cannot wait any more: replaced.
-              if (df.stopped) return
-              if (size > Math.max(1, ctx.limiter.target())) return
-            }
-          }).pipe(
-            Effect.ensuring(Effect.sync(() => {
-              size--
-              if (waiting) idle--
-            })),
-            // Kept: when the last engine fiber fails, `awaitEmpty` may win `consume`'s race first.
-            Effect.tapCause((cause) =>
-              Effect.sync(() => {
-                if (!Cause.hasInterruptsOnly(cause)) failure ??= cause
-              })
-            ),
-            Effect.onExit(() => (df.stopped && !ctx.closing.closed ? spawn : Effect.void)),
+          return Effect.onExit(
+            Effect.gen(() => takeLoop(ctx, crew, ef, restore, spawn)),
+            (exit) => {
+              crew.size--
+              if (ef.waiting) crew.idle--
+              if (exit._tag === "Failure" && !Cause.hasInterruptsOnly(exit.cause)) {
+                crew.failure ??= exit.cause
+              }
+              return ef.stopped && !ctx.closing.closed ? spawn : Effect.void
+            },
           )
         })
       )
-      size++
+      crew.size++
       return Effect.flatMap(Effect.forkDetach(loop), (fiber) => FiberSet.add(fibers, fiber))
     })
 
-    const grow = Effect.suspend(() => (mayGrow() ? spawn : Effect.void))
+    const grow = Effect.suspend(() => (mayGrow(ctx, crew) ? spawn : Effect.void))
     const awaitEmpty = Effect.suspend(() =>
       FiberSet.size(fibers).pipe(
         Effect.flatMap((n) => (n === 0 ? Effect.void : FiberSet.awaitEmpty(fibers))),
@@ -122,7 +146,7 @@ export const make = <A, O, R>(
           Effect.raceFirst(FiberSet.join(fibers), FiberSet.awaitEmpty(fibers)),
           Deferred.await(ctx.halted),
         )
-        if (failure !== undefined) return yield* Effect.failCause(failure)
+        if (crew.failure !== undefined) return yield* Effect.failCause(crew.failure)
       }),
       awaitEmpty,
       interruptAll: Effect.suspend(() => {
