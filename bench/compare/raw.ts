@@ -2,11 +2,15 @@
  * The raw amqplib loop of `bench/loops.ts`, the least a worker does, in a worker process of
  * `bench/compare.ts`: consume with the run's prefetch, parse the envelope, publish `started` and
  * wait for its confirm, run the mode's handler, publish `success` and wait for its confirm, ack.
+ * Started as `worker.ts raw ahead`, it runs the handler while `started`'s confirm is on its way,
+ * and awaits both before `success`.
  */
 import { Buffer } from "node:buffer"
 import amqp from "amqplib"
 import { type Contender, handlerOf, holding, inQueue, outQueue } from "./protocol.ts"
 import { tally } from "../tally.ts"
+
+const AHEAD = process.argv[3] === "ahead"
 
 export const contender: Contender = async (run, ready) => {
   const connection = await amqp.connect(run.url, { noDelay: true })
@@ -36,7 +40,12 @@ export const contender: Contender = async (run, ready) => {
       const taskId = JSON.parse(message.content.toString("utf8")).task_id as string
       const head = `{"task_id":${JSON.stringify(taskId)},"data":{"message_type":`
       const started = publish(`${head}"started","hostname":"bench"}}`, "started")
-      ;(handler === undefined ? started : started.then(handler))
+      const handled = handler === undefined
+        ? started
+        : AHEAD
+        ? Promise.all([started, handler()])
+        : started.then(handler)
+      handled
         .then(() => publish(`${head}"success","response":{"ok":true}}}`, "success"))
         .then(() => {
           consumer.ack(message)
