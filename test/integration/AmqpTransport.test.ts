@@ -569,17 +569,18 @@ describe("AmqpTransport on RabbitMQ", () => {
         const sent = await Effect.runPromise(
           Effect.scoped(Effect.gen(function* () {
             const transport = yield* transportOf(urlFor(QUORUM_VHOST), name)
-            const delivery = yield* transport.take
+            const delivery = Option.getOrThrow(yield* transport.take)
             const confirm = yield* transport.publish.send!(
               new TextEncoder().encode("{}"),
               "started",
             )
             const confirmed = yield* Effect.exit(confirm)
-            if (Option.isSome(delivery)) yield* delivery.value.ack
-            return confirmed
+            yield* delivery.ack
+            return { confirmed, body: new TextDecoder().decode(delivery.body) }
           })).pipe(Effect.provideService(References.MinimumLogLevel, "None")),
         )
-        expect(sent).toStrictEqual(Exit.void)
+        expect(JSON.parse(sent.body).task_id).toBe("t-first")
+        expect(sent.confirmed).toStrictEqual(Exit.void)
       } finally {
         await broker.remove(`${name}_queue_in`, `${name}_queue_out`)
         await broker.close()

@@ -21,7 +21,7 @@ import { type ConnectionStatus, isLive } from "../../Transport.ts"
 import type { TransportError } from "../../WorkerError.ts"
 import { closeStep } from "./closing.ts"
 import type { Confirms, PublishChannel } from "./confirms.ts"
-import { type ConsumerChannel, type Consumers, consuming } from "./consumers.ts"
+import { type ConsumerChannel, type Consumers, type Consuming, consuming } from "./consumers.ts"
 import type { Current } from "./current.ts"
 import { destroySocket, hearing } from "./connect.ts"
 import { connectError, declareError, invalidUrl, messageOf, redactUrl } from "./errors.ts"
@@ -131,17 +131,17 @@ const openChannels = (connection: Connection, options: SessionOptions, url: stri
   ], { concurrency: "unbounded" })
 
 /**
- * Declares the queues (the output queue on the confirm channel, at once), then consumes up to the
- * capacity. A refused declaration closes its channel, and is a configuration error.
+ * Attaches the consumer channel and declares the queues (the output queue on the confirm channel,
+ * at once); the consumers it fills are its target. A refused declaration closes its channel, and
+ * is a configuration error.
  */
 const consumeOn = (
   channel: ConsumerChannelOfSession,
   declaringOut: Effect.Effect<unknown, TransportError>,
-  serve: Effect.Effect<void>,
   ended: Deferred.Deferred<string>,
   options: SessionOptions,
   brokerVersion: string | undefined,
-): Effect.Effect<void, TransportError, Scope.Scope> =>
+): Effect.Effect<Consuming, TransportError, Scope.Scope> =>
   Effect.gen(function* () {
     const { consumers, inQueue } = options
     const target = consuming(channel, ended, brokerVersion)
@@ -171,10 +171,7 @@ const consumeOn = (
       concurrency: "unbounded",
       discard: true,
     })
-    // Serving before the first delivery can come: a task taken now publishes `started` on this
-    // session at once, where it would otherwise find none and be held a backoff.
-    yield* serve
-    yield* consumers.fill(target)
+    return target
   })
 
 /** What the session lines say: whether there are nodes to choose from, when the last was lost. */
@@ -397,25 +394,25 @@ const session = (
       serving: () => life.serving && failed === undefined && !Deferred.isDoneUnsafe(ended),
     })
     const declaringOut = declare(first, options.outQueue)
-    const serve = Effect.sync(() => {
-      options.current.set(publishing.session())
-      life.serving = true
-    })
+    let target: Consuming | undefined
     if (channel === undefined) {
       yield* declare(first, options.inQueue)
       yield* declaringOut
-      yield* serve
     } else {
       const version = connection.connection?.serverProperties?.version
-      yield* consumeOn(
+      target = yield* consumeOn(
         channel,
         declaringOut,
-        serve,
         ended,
         options,
         typeof version === "string" ? version : undefined,
       )
     }
+    // Serving before the first delivery can come: a task taken at once publishes `started` on
+    // this session, where it would otherwise find none and be held a backoff.
+    options.current.set(publishing.session())
+    life.serving = true
+    if (target !== undefined) yield* options.consumers.fill(target)
     yield* SubscriptionRef.update(
       options.status,
       (s) => (s === "closed" ? s : liveStatus(troubles)),

@@ -91,6 +91,19 @@ describe("Session", () => {
       expect(current.now?.publisher).toBe(connection.publisher)
     }))
 
+  it.effect("serves once its queues are declared, before its consumer starts: a delivery taken at once finds the session", () =>
+    Effect.gen(function* () {
+      const connection = new FakeConnection()
+      connection.consumer.holding.add("consume")
+      const { status, current } = yield* sessions([connection])
+      yield* eventually(() => connection.log.includes("consumer.consume in"))
+      // The consume not yet answered: the publishing channel is current, the status not live yet.
+      expect(current.now?.publisher).toBe(connection.publisher)
+      expect(status()).toBe("connecting")
+      connection.consumer.release()
+      yield* eventually(() => status() === "connected")
+    }))
+
   it.effect("closes in the order that loses no ack: consumers cancelled, the consumer channel closed after a synchronous call, confirms awaited, then the connection", () =>
     Effect.gen(function* () {
       const connection = new FakeConnection()
