@@ -2,7 +2,8 @@
  * A Node worker module, as `Dockerfile.node` runs it: `async-task-worker run ./worker.mjs`.
  * Plain JavaScript with an `async` handler: no Effect needed to write one.
  */
-import { Schema } from "effect"
+// Effect by module: the barrel `"effect"` would load every one of its modules at each start.
+import * as Schema from "effect/Schema"
 import { FatalError, Worker } from "@async-task/worker"
 
 export const worker = Worker.make({

@@ -1,7 +1,9 @@
 /**
  * A Deno worker script, as `Dockerfile.deno` runs it: `deno run -A worker.ts`.
  */
-import { Effect, Schema } from "effect"
+// Effect by module: the barrel `"effect"` would load every one of its modules at each start.
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import { FatalError, Worker } from "@async-task/worker"
 
 export const worker = Worker.make({
