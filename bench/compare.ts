@@ -211,7 +211,11 @@ const WORKER = "bench/compare/worker.ts"
  * SDK does (awaited before `success`): the least a loop does within the protocol, for the 20 ms
  * row's ceiling. By default it awaits the confirm first, as issue 39's table was measured.
  */
-const RAW_AHEAD = option("raw", undefined, "confirmed") === "ahead"
+const RAW_MODE = option("raw", undefined, "confirmed")
+if (RAW_MODE !== "confirmed" && RAW_MODE !== "ahead") {
+  throw new Error(`--raw: "ahead" or "confirmed", not "${RAW_MODE}"`)
+}
+const RAW_AHEAD = RAW_MODE === "ahead"
 const CONTENDERS: ReadonlyArray<Contender> = [
   {
     key: "raw",
