@@ -64,6 +64,16 @@ const define = (
     retryOn: options.retryOn,
   })
 
+/** A worker whose handler returns no words, and how many times it was called. */
+const runsCounted = () => {
+  let runs = 0
+  const worker = define(() => {
+    runs++
+    return Effect.succeed({ words: 0 })
+  })
+  return { worker, runs: () => runs }
+}
+
 const counting = define(({ text }) => Effect.succeed({ words: countWords(text) }))
 
 const INTERNAL_SENTENCE = "The worker failed while running the task."
@@ -311,16 +321,12 @@ describe("DeliveryEngine", () => {
     it.effect("INVALID_MESSAGE: a malformed envelope that names its task, without `started`", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => {
-            runs++
-            return Effect.succeed({ words: 0 })
-          })
+          const { worker, runs } = runsCounted()
           const harness = yield* WorkerHarness.make(worker, LOGGED)
           const run = yield* harness.submitRaw(
             JSON.stringify({ task_id: "t-malformed", data: { message_type: "submission" } }),
           )
-          expect(runs).toBe(0)
+          expect(runs()).toBe(0)
           expect(run.outcome).toBe("ACKED")
           expect(run.messageTypes).toEqual(["failure"])
           expect(run.messages[0]!.task_id).toBe("t-malformed")
@@ -537,15 +543,11 @@ describe("DeliveryEngine", () => {
     it.effect("TASK_ABANDONED_AFTER_REDELIVERIES: past the delivery limit, without running", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => {
-            runs++
-            return Effect.succeed({ words: 0 })
-          })
+          const { worker, runs } = runsCounted()
           const harness = yield* WorkerHarness.make(worker, LOGGED)
           // x-delivery-count 5 with WORKER_DELIVERY_LIMIT 5: this is the sixth attempt.
           const run = yield* harness.submit({ text: "x" }, { taskId: "t-loop", deliveryCount: 5 })
-          expect(runs).toBe(0)
+          expect(runs()).toBe(0)
           expect(run.messageTypes).toEqual(["failure"])
           run.assertFailed({ code: "TASK_ABANDONED_AFTER_REDELIVERIES" })
           expect(run.error!.message).toContain("6 times")
@@ -630,11 +632,7 @@ describe("DeliveryEngine", () => {
     it.effect("engine_error: a transport defect requeues the delivery and logs the cause", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => {
-            runs++
-            return Effect.succeed({ words: 0 })
-          })
+          const { worker, runs } = runsCounted()
           const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
             wrap: (t) => ({
               ...t,
@@ -651,7 +649,7 @@ describe("DeliveryEngine", () => {
           yield* TestClock.adjust("1 second")
           const decision = yield* Fiber.join(fiber)
           expect(decision).toMatchObject({ outcome: "engine_error", action: "reject-requeue" })
-          expect(runs).toBe(0)
+          expect(runs()).toBe(0)
           expect(settlements).toEqual(["requeue"])
           expect(yield* broker.ready(settings.inQueue)).toBe(1)
           expect(yield* outbound).toEqual([])
@@ -1426,11 +1424,7 @@ describe("DeliveryEngine", () => {
     it.effect("a refused `started` holds the delivery: the handler runs once it is confirmed (a transport that cannot send ahead)", () =>
       withLogs((logs) =>
         Effect.gen(function* () {
-          let runs = 0
-          const worker = define(() => {
-            runs++
-            return Effect.succeed({ words: 0 })
-          })
+          const { worker, runs } = runsCounted()
           const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
             // A wrapper that replaces `publish`: every message passes through it.
             wrap: (t) => ({
@@ -1443,12 +1437,12 @@ describe("DeliveryEngine", () => {
             engine.handle(yield* take("t-no-start", { text: "x" })),
           )
           yield* TestClock.adjust("2 minutes")
-          expect(runs).toBe(0)
+          expect(runs()).toBe(0)
           expect(yield* isDone(fiber)).toBe(false)
           yield* broker.refusePublishes(settings.outQueue, false)
           yield* TestClock.adjust("5 seconds")
           expect(yield* Fiber.join(fiber)).toMatchObject({ outcome: "success" })
-          expect(runs).toBe(1)
+          expect(runs()).toBe(1)
           expect((yield* outbound).map((m) => m.data.message_type)).toEqual(["started", "success"])
           expectSettled(logs, {
             outcome: "success",
@@ -1477,11 +1471,7 @@ describe("DeliveryEngine", () => {
       it.effect(`an output that refuses past what the lease allows: requeued after a backoff, publish_failed, no handler run (a transport ${how})`, () =>
         withLogs((logs) =>
           Effect.gen(function* () {
-            let runs = 0
-            const worker = define(() => {
-              runs++
-              return Effect.succeed({ words: 0 })
-            })
+            const { worker, runs } = runsCounted()
             // The lease allows 200 s: less 60 s of margin and the 10 s longest backoff, 130 s to
             // publish the terminal message; less the task's 10 s, 120 s to publish `started`.
             const { broker, engine, outbound, settings, take } = yield* makeEngine(worker, {
@@ -1500,7 +1490,7 @@ describe("DeliveryEngine", () => {
               action: "reject-requeue",
               reason: "started",
             })
-            expect(runs).toBe(0)
+            expect(runs()).toBe(0)
             expect(settlements).toEqual(["requeue"])
             expect(yield* outbound).toEqual([])
             expectSettled(logs, {
